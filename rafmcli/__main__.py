@@ -1,0 +1,3 @@
+from rafmcli.cli import main
+
+main()

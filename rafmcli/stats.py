@@ -1,0 +1,116 @@
+"""`rafm stats`: what a file looks like and what each model would cost on it."""
+
+import numpy as np
+
+from rafmcli.levels import assign_levels, summarize
+
+MAX_DISTINCT_LABELS = 10
+BAR_WIDTH = 40
+_NAMES = {"fm": "FM", "difacto": "DiFacto", "rafm": "RaFM"}
+
+
+def occurrence_histogram(counts):
+    """Features per power-of-two bucket of n_i: 1, 2, 3-4, 5-8, ... (paper Fig. 1)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.size == 0:
+        return []
+    # bucket b holds 2^(b-1) < n <= 2^b; n = 1 is bucket 0
+    bucket = np.zeros(counts.shape, dtype=np.int64)
+    many = counts > 1
+    bucket[many] = np.floor(np.log2(counts[many] - 1)).astype(np.int64) + 1
+    per_bucket = np.bincount(bucket)
+    rows = []
+    for b, features in enumerate(per_bucket):
+        lo, hi = (1, 1) if b == 0 else (2 ** (b - 1) + 1, 2**b)
+        rows.append({"from": int(lo), "to": int(hi), "features": int(features)})
+    return rows
+
+
+def label_summary(labels):
+    labels = np.asarray(labels)
+    out = {"min": None, "mean": None, "max": None, "distinct": None}
+    if labels.size:
+        out.update(min=float(labels.min()), mean=float(labels.mean()), max=float(labels.max()))
+        distinct = np.unique(labels)
+        if distinct.size <= MAX_DISTINCT_LABELS:
+            out["distinct"] = [float(v) for v in distinct]
+    return out
+
+
+def file_stats(data, ranks):
+    """Everything `rafm stats` reports about one Dataset, as plain Python values."""
+    levels = assign_levels(data.counts, ranks)
+    summary = summarize(levels, data.counts, data.n_rows, ranks)
+    fm_params, fm_cost = summary.params("fm"), summary.cost("fm")
+    models = {}
+    for model in ("fm", "difacto", "rafm"):
+        params, cost = summary.params(model), summary.cost(model)
+        models[model] = {
+            "params": params,
+            "params_ratio": params / fm_params,
+            "cost_per_row": cost,
+            "cost_ratio": cost / fm_cost if fm_cost else None,
+        }
+    has_ids = data.feature_ids.size > 0
+    return {
+        "file": data.path,
+        "rows": data.n_rows,
+        "features": int(data.feature_ids.size),
+        "nonzeros": data.nnz,
+        "nonzeros_per_row": data.nnz / data.n_rows if data.n_rows else 0.0,
+        "min_index": int(data.feature_ids[0]) if has_ids else None,
+        "max_index": int(data.feature_ids[-1]) if has_ids else None,
+        "labels": label_summary(data.labels),
+        "histogram": occurrence_histogram(data.counts),
+        "ranks": list(ranks),
+        "levels": [
+            {"level": k + 1, "rank": ranks[k], "features": int(summary.size[k]),
+             "top_level": int(summary.top[k]), "nonzeros_per_row": float(summary.occupancy[k])}
+            for k in range(len(ranks))
+        ],
+        "models": models,
+    }
+
+
+def _g(x):
+    return f"{x:.6g}"
+
+
+def render_text(stats, bar="█"):
+    """The human-readable report for one file."""
+    s = stats
+    lines = [f"file         {s['file']}", f"rows         {s['rows']:,}"]
+    if s["min_index"] is None:
+        lines.append("features     0")
+    else:
+        base = "0-based" if s["min_index"] == 0 else "no index 0: 1-based?" if s["min_index"] == 1 else "sparse ids"
+        lines.append(f"features     {s['features']:,} distinct, ids {s['min_index']}..{s['max_index']} ({base})")
+    lines.append(f"non-zeros    {s['nonzeros']:,} ({s['nonzeros_per_row']:.2f} per row)")
+    lab = s["labels"]
+    if lab["min"] is not None:
+        text = f"min {_g(lab['min'])}, mean {_g(lab['mean'])}, max {_g(lab['max'])}"
+        if lab["distinct"] is not None:
+            text = "{" + ", ".join(_g(v) for v in lab["distinct"]) + "}; " + text
+        lines.append(f"labels       {text}")
+    if s["histogram"]:
+        lines += ["", "features by number of rows they occur in (n_i)"]
+        top = max(h["features"] for h in s["histogram"]) or 1
+        for h in s["histogram"]:
+            span = str(h["from"]) if h["from"] == h["to"] else f"{h['from']}-{h['to']}"
+            width = round(BAR_WIDTH * h["features"] / top)
+            if h["features"] and not width:
+                width = 1
+            lines.append(f"{span:>13}  {bar * width:<{BAR_WIDTH}} {h['features']:,}")
+    ranks = s["ranks"]
+    lines += ["", f"rank levels {','.join(map(str, ranks))} (paper Eq. 17)",
+              "level  rank D_k  features |F_k|  top level here  non-zeros/row n(F_k)"]
+    for lv in s["levels"]:
+        lines.append(f"{lv['level']:>5}  {lv['rank']:>8}  {lv['features']:>14,}  "
+                     f"{lv['top_level']:>14,}  {lv['nonzeros_per_row']:>19.2f}")
+    lines += ["", "model          parameters  vs FM  pair cost/row  vs FM"]
+    for model, m in s["models"].items():
+        name = f"{_NAMES[model]}({ranks[-1]})" if model == "fm" else _NAMES[model]
+        ratio = "-" if m["cost_ratio"] is None else f"{m['cost_ratio']:.2f}"
+        lines.append(f"{name:<12} {m['params']:>12,}  {m['params_ratio']:>5.2f}  "
+                     f"{m['cost_per_row']:>13,.0f}  {ratio:>5}")
+    return "\n".join(lines)

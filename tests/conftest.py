@@ -1,0 +1,18 @@
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "data_samples")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Every test gets its own binary-cache directory."""
+    monkeypatch.setenv("RAFM_CACHE_DIR", str(tmp_path / "rafm-cache"))
+
+
+@pytest.fixture
+def sample():
+    """Path of a shipped sample file, e.g. sample('regression.train')."""
+    return lambda name: os.path.join(SAMPLES, name + ".libfm")

@@ -35,6 +35,7 @@ _CLASS = np.zeros(256, dtype=np.uint8)
 _CLASS[[32, 9, 13, 11, 12]] = 1
 _CLASS[10] = 2
 _CLASS[35] = 3
+_TOKEN = (_CLASS == 0).astype(np.uint8)
 
 # Exact powers of ten for Clinger's fast path: a mantissa below 2**53 and
 # |exp| <= 22 give the correctly rounded double with one multiply or divide.
@@ -55,21 +56,24 @@ def count_block(buf, n):
     """Upper bounds for the filling pass: (lines, tokens, every value spelt ``1``).
 
     Tokens (labels included) are counted inside comments too; that only
-    over-allocates files with long comments.
+    over-allocates files with long comments. The loops are branch-free; a
+    ':' in the last two bytes is never followed by ``1`` and a blank.
     """
     lines = 0
     tokens = 0
-    ones = True
-    prev_blank = True
+    colons = 0
+    colon_ones = 0
+    prev = np.uint8(0)
     for pos in range(n):
         c = buf[pos]
-        in_token = _CLASS[c] == 0
-        tokens += in_token and prev_blank
-        prev_blank = not in_token
+        t = _TOKEN[c]
+        tokens += t & (prev ^ 1)
+        prev = t
         lines += c == 10
-        if c == 58 and ones:
-            ones = buf[pos + 1] == 49 and _CLASS[buf[pos + 2]] != 0
-    return lines, tokens, ones
+        colons += c == 58
+    for pos in range(n - 2):
+        colon_ones += (buf[pos] == 58) & (buf[pos + 1] == 49) & (_TOKEN[buf[pos + 2]] == 0)
+    return lines, tokens, colons == colon_ones
 
 
 @njit(cache=True)
@@ -263,7 +267,7 @@ def parse_block(buf, n, line_no, row, nz, labels, indptr, indices, values):
 @njit(cache=True)
 def occurrences(indices, length):
     """n_i for ids below ``length``: rows holding feature i (rows have no duplicates)."""
-    counts = np.zeros(length, dtype=np.int64)
+    counts = np.zeros(length, dtype=np.int32)
     for k in range(indices.shape[0]):
         counts[indices[k]] += 1
     return counts

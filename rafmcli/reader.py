@@ -65,6 +65,19 @@ class Dataset:
     def nnz(self):
         return self.indices.shape[0]
 
+    def subset(self, rows):
+        """A Dataset of the given rows (in that order), counts recomputed."""
+        rows = np.asarray(rows)
+        starts, stops = self.indptr[rows], self.indptr[rows + 1]
+        lengths = stops - starts
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+        indices = np.asarray(self.indices)[take]
+        values = None if self.values is None else np.asarray(self.values)[take]
+        max_index = int(indices.max()) if indices.shape[0] else -1
+        ids, counts = feature_counts(indices, max_index)
+        return Dataset(self.path, np.asarray(self.labels)[rows], indptr, indices, values, ids, counts)
+
     def row_values(self):
         """The values array, materialising ones when it was omitted."""
         if self.values is None:

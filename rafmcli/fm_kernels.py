@@ -1,0 +1,273 @@
+"""numba kernels for FM, RaFM and DiFacto: prediction and one training epoch.
+
+Parameter layout (see :mod:`rafmcli.model`): features are renumbered so that
+each F_l = {i : k_i >= l} is the prefix ``0 .. sizes[l]-1``; ``lev[i]`` is
+k_i - 1 (0-based). Factors live in one flat float32 array ``V``: level l is a
+``sizes[l] x widths[l]`` row-major block starting at ``offsets[l]``.
+
+* RaFM (``nested``): widths[l] = D_l; v_i^(l) is the level-l row of i.
+* DiFacto: widths[l] = D_l - D_{l-1}; block l holds coordinates
+  [D_{l-1}, D_l) of the single vector of each i in F_l.
+* FM is either with one level.
+
+Per row (paper Theorem 3), with S_l = Sum_{F_l} v_i^(l) x_i, Q_l its squared
+norms, T_l, R_l the same over F_{l+1}:
+A_{l,l} = (|S_l|^2 - Q_l)/2, A_{l,l+1} = (|T_l|^2 - R_l)/2 and the truncated
+models B_{1,p} = Sum_{l<=p} A_{l,l} - Sum_{l<p} A_{l,l+1}; the pairwise part
+of RaFM is B_{1,m}. DiFacto's pairwise part is Sum_l A_{l,l} over its blocks.
+Cost per row: Sum_l widths[l] n(F_l) (Corollary 4), never the pair loop.
+
+Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
+"""
+
+import numpy as np
+from numba import njit, prange
+
+TASK_REGRESSION = 0
+TASK_CLASSIFICATION = 1
+
+SGD = 0
+ADAGRAD = 1
+ADAM = 2
+GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
+
+PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1})
+JOINT = 1  # authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1})
+
+# hyper-parameter vector slots
+(H_LR, H_LR_DEP, H_REG0, H_REG1, H_DEP_WEIGHT, H_BETA1, H_BETA2, H_EPS, H_YMIN, H_YMAX,
+ H_BIAS_ON, H_LINEAR_ON) = range(12)
+N_HYPER = 12
+
+
+@njit(cache=True, inline="always")
+def _sigmoid(z):
+    if z >= 0:
+        return 1.0 / (1.0 + np.exp(-z))
+    e = np.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, inline="always")
+def _softplus(z):
+    """log(1 + e^z), stable."""
+    if z > 0:
+        return z + np.log1p(np.exp(-z))
+    return np.log1p(np.exp(z))
+
+
+@njit(cache=True)
+def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
+    """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
+
+    Returns the row's linear-free pairwise part B_{1,m} (``B[m-1]``).
+    """
+    m = widths.shape[0]
+    has_values = values.shape[0] > 0
+    S[:] = 0.0
+    T[:] = 0.0
+    Q[:] = 0.0
+    R[:] = 0.0
+    for k in range(a, b):
+        i = indices[k]
+        x = values[k] if has_values else 1.0
+        top = lev[i]
+        for l in range(top + 1):
+            width = widths[l]
+            base = offsets[l] + i * width
+            so = soff[l]
+            q = 0.0
+            if nested and l < top:
+                for f in range(width):
+                    vx = V[base + f] * x
+                    S[so + f] += vx
+                    T[so + f] += vx
+                    q += vx * vx
+                R[l] += q
+            else:
+                for f in range(width):
+                    vx = V[base + f] * x
+                    S[so + f] += vx
+                    q += vx * vx
+            Q[l] += q
+    total = 0.0
+    for l in range(m):
+        so = soff[l]
+        ss = 0.0
+        for f in range(widths[l]):
+            ss += S[so + f] * S[so + f]
+        total += 0.5 * (ss - Q[l])
+        if nested and l > 0:
+            so = soff[l - 1]
+            tt = 0.0
+            for f in range(widths[l - 1]):
+                tt += T[so + f] * T[so + f]
+            total -= 0.5 * (tt - R[l - 1])
+        B[l] = total
+    return total
+
+
+@njit(cache=True)
+def _linear(a, b, indices, values, w):
+    has_values = values.shape[0] > 0
+    s = 0.0
+    for k in range(a, b):
+        s += w[indices[k]] * (values[k] if has_values else 1.0)
+    return s
+
+
+@njit(cache=True, parallel=True)
+def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested):
+    """Raw scores w0 + Sum w_i x_i + pairwise part for every row (parallel over rows)."""
+    n = indptr.shape[0] - 1
+    m = widths.shape[0]
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    out = np.empty(n)
+    n_chunks = min(n, 64 * 8)
+    for c in prange(n_chunks):
+        S = np.empty(soff[m])
+        T = np.empty(soff[m])
+        Q = np.empty(m)
+        R = np.empty(m)
+        B = np.empty(m)
+        for r in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            a, b = indptr[r], indptr[r + 1]
+            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
+            out[r] = w0 + _linear(a, b, indices, values, w) + pair
+    return out
+
+
+@njit(cache=True, inline="always")
+def _step(p, a1, a2, j, grad, lr, method, beta1, beta2, eps):
+    """One optimizer step on p[j] (lazy: only coordinates a row touches)."""
+    if method == SGD:
+        p[j] -= lr * grad
+    elif method == ADAGRAD:
+        a1[j] += grad * grad
+        p[j] -= lr * grad / (np.sqrt(a1[j]) + eps)
+    elif method == ADAM:
+        a1[j] = beta1 * a1[j] + (1.0 - beta1) * grad
+        a2[j] = beta2 * a2[j] + (1.0 - beta2) * grad * grad
+        p[j] -= lr * a1[j] / (np.sqrt(a2[j]) + eps)
+    else:
+        a1[j] += grad
+
+
+@njit(cache=True)
+def _train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, nested, variant, method):
+    """Visit rows order[lo:hi], updating the model after each; return the summed loss."""
+    indptr, indices, values, labels = data
+    lev, widths, offsets, V, w, w0 = model
+    accV1, accV2, accw1, accw2, acc0 = state
+    m = widths.shape[0]
+    has_values = values.shape[0] > 0
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    S = np.empty(soff[m])
+    T = np.empty(soff[m])
+    Q = np.empty(m)
+    R = np.empty(m)
+    B = np.empty(m)
+    a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
+    a_dep = np.zeros(m)    # the same for a dependent level l < k_i
+    b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
+    d = np.zeros(m)        # L'(B_{1,p}, B_{1,p+1}), p = 0..m-2
+    beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
+    lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
+    dep_weight = hyper[H_DEP_WEIGHT]
+    loss = 0.0
+    for pos in range(lo, hi):
+        r = order[pos]
+        a, b = indptr[r], indptr[r + 1]
+        lin = w0[0] + _linear(a, b, indices, values, w)
+        pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
+        y_hat = lin + pair
+        if task == TASK_REGRESSION:
+            y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
+            g = y_hat - labels[r]
+            loss += g * g
+        else:
+            y = 1.0 if labels[r] > 0 else -1.0
+            loss += _softplus(-y * y_hat)
+            g = -y * _sigmoid(-y * y_hat)
+        lr_step = lr
+        lr_dep = lr_dep_base
+        if method == ADAM:
+            t = step0 + pos - lo + 1
+            corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+            lr_step = lr * corr
+            lr_dep = lr_dep_base * corr
+        # coefficients of the factor gradients (see module notes)
+        for p in range(m):
+            a_free[p] = g
+        if nested and m > 1:
+            for p in range(m - 1):
+                if task == TASK_REGRESSION:
+                    d[p] = B[p] - B[p + 1]
+                else:
+                    d[p] = _sigmoid(lin + B[p]) - _sigmoid(lin + B[p + 1])
+            if variant == PAPER:
+                for p in range(m - 1):
+                    a_dep[p] = d[p]
+                    b_dep[p] = 0.0
+            else:
+                lr_dep = lr_step
+                tail = 0.0  # Sum_{q >= p} d[q]
+                for p in range(m - 1, -1, -1):
+                    a_free[p] = g + dep_weight * tail
+                    if p < m - 1:
+                        a_dep[p] = dep_weight * d[p]
+                        b_dep[p] = g + dep_weight * (tail - d[p])
+                    if p > 0:
+                        tail += d[p - 1]
+        # bias and linear weights
+        _step(w0, acc0[0:1], acc0[1:2], 0, g + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+              method, beta1, beta2, eps)
+        lr_linear = lr_step * hyper[H_LINEAR_ON]
+        for k in range(a, b):
+            i = indices[k]
+            x = values[k] if has_values else 1.0
+            top = lev[i]
+            _step(w, accw1, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method, beta1, beta2, eps)
+            for l in range(top + 1):
+                width = widths[l]
+                base = offsets[l] + i * width
+                so = soff[l]
+                reg = reg_v[l]
+                if nested and l < top:
+                    ca, cb, rate = a_dep[l] * x, b_dep[l] * x, lr_dep
+                    for f in range(width):
+                        v = V[base + f]
+                        grad = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+                        _step(V, accV1, accV2, base + f, grad, rate, method, beta1, beta2, eps)
+                else:
+                    ca = a_free[l] * x
+                    for f in range(width):
+                        v = V[base + f]
+                        grad = ca * (S[so + f] - v * x) + reg * v
+                        _step(V, accV1, accV2, base + f, grad, lr_step, method, beta1, beta2, eps)
+    return loss
+
+
+@njit(cache=True)
+def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, variant, method):
+    """One pass over ``order`` on one thread (bit-for-bit reproducible)."""
+    return _train_rows(order, 0, order.shape[0], step0, data, model, state, hyper, reg_v,
+                       task, nested, variant, method)
+
+
+@njit(cache=True, parallel=True)
+def train_epoch_hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
+                        variant, method):
+    """One pass with ``n_threads`` lock-free workers, each on its own slice of ``order``."""
+    n = order.shape[0]
+    losses = np.zeros(n_threads)
+    for t in prange(n_threads):
+        lo = t * n // n_threads
+        hi = (t + 1) * n // n_threads
+        losses[t] = _train_rows(order, lo, hi, step0 + lo, data, model, state, hyper, reg_v,
+                                task, nested, variant, method)
+    return losses.sum()

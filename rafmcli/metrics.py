@@ -1,0 +1,53 @@
+"""Evaluation metrics: RMSE and MAE for regression; logloss, AUC, accuracy for classification.
+
+Classification labels follow libFM: a label > 0 is positive, anything else negative.
+"""
+
+import numpy as np
+
+REGRESSION_METRICS = ("rmse", "mae")
+CLASSIFICATION_METRICS = ("logloss", "auc", "accuracy")
+PROB_EPS = 1e-15
+
+
+def names(task):
+    return REGRESSION_METRICS if task == "r" else CLASSIFICATION_METRICS
+
+
+def early_stop_metric(task):
+    """The validation metric early stopping watches (lower is better)."""
+    return "rmse" if task == "r" else "logloss"
+
+
+def auc(positive, scores):
+    """Area under the ROC curve by the rank-sum formula, ties given average ranks."""
+    positive = np.asarray(positive, dtype=bool)
+    n_pos = int(positive.sum())
+    n_neg = positive.shape[0] - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = np.asarray(scores)[order]
+    ranks = np.empty(len(order))
+    # average rank (1-based) over each run of equal scores
+    boundaries = np.flatnonzero(np.diff(sorted_scores)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(order)]])
+    run_rank = (starts + ends + 1) / 2.0
+    ranks[order] = np.repeat(run_rank, ends - starts)
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def evaluate(task, labels, predictions):
+    """Metrics of ``predictions`` (clipped values, or probabilities) against ``labels``."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if labels.shape[0] == 0:
+        return {k: float("nan") for k in names(task)}
+    if task == "r":
+        err = predictions - labels
+        return {"rmse": float(np.sqrt(np.mean(err * err))), "mae": float(np.mean(np.abs(err)))}
+    positive = labels > 0
+    p = np.clip(predictions, PROB_EPS, 1 - PROB_EPS)
+    logloss = -np.mean(np.where(positive, np.log(p), np.log1p(-p)))
+    return {"logloss": float(logloss), "auc": auc(positive, predictions),
+            "accuracy": float(np.mean((predictions > 0.5) == positive))}

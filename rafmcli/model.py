@@ -1,0 +1,164 @@
+"""A trained FM, RaFM or DiFacto: parameter layout, feature mapping, model files.
+
+Only active factors are stored (Proposition 1): features are renumbered so
+that F_l is a prefix, and level l is one ``|F_l| x width_l`` float32 block of
+the flat array ``V`` (width_l = D_l for RaFM, D_l - D_{l-1} for DiFacto).
+
+A model file is a zip archive (readable with any unzip tool) holding
+``model.json`` (format version, kind, task, ranks, target range, training
+options, metrics) and ``.npy`` arrays: ``feature_ids`` (original id of each
+internal feature), ``levels`` (k_i), ``w`` and ``V``. No pickle is involved.
+"""
+
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rafmcli import __version__
+from rafmcli.errors import InputError
+
+FORMAT_NAME = "rafm-model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Model:
+    kind: str                 # "fm", "rafm" or "difacto"
+    task: str                 # "r" or "c"
+    ranks: tuple              # D_1 < ... < D_m (FM: one rank)
+    feature_ids: np.ndarray   # int32: original id of internal feature j
+    levels: np.ndarray        # int8: k_j in 1..m, non-increasing in j
+    w0: float
+    w: np.ndarray             # float32 [F]
+    V: np.ndarray             # float32, flat, level blocks
+    target_min: float
+    target_max: float
+    info: dict = field(default_factory=dict)
+
+    @property
+    def nested(self):
+        return self.kind != "difacto"
+
+    @property
+    def sizes(self):
+        """|F_l| for l = 1..m."""
+        m = len(self.ranks)
+        return np.array([(self.levels >= l).sum() for l in range(1, m + 1)], dtype=np.int64)
+
+    @property
+    def widths(self):
+        d = np.asarray(self.ranks, dtype=np.int64)
+        return d if self.nested else np.diff(d, prepend=0)
+
+    @property
+    def offsets(self):
+        return np.concatenate([[0], np.cumsum(self.sizes * self.widths)[:-1]]).astype(np.int64)
+
+    @property
+    def n_params(self):
+        return 1 + self.w.shape[0] + self.V.shape[0]
+
+    def factors(self, level):
+        """The |F_l| x width_l block of level ``level`` (1-based), a view into V."""
+        l = level - 1
+        size, width, off = self.sizes[l], self.widths[l], self.offsets[l]
+        return self.V[off:off + size * width].reshape(size, width)
+
+    def kernel_model(self):
+        """The tuple the numba kernels take: (lev, widths, offsets, V, w, w0)."""
+        return ((self.levels - 1).astype(np.int8), self.widths, self.offsets, self.V, self.w,
+                np.array([self.w0]))
+
+
+def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_range):
+    """A freshly initialised model: features sorted by level (F_l prefixes), V ~ N(0, s)."""
+    order = np.argsort(-np.asarray(levels), kind="stable")
+    levels = np.asarray(levels, dtype=np.int8)[order]
+    ids = np.asarray(feature_ids, dtype=np.int32)[order]
+    model = Model(kind, task, tuple(ranks), ids, levels, float(w0),
+                  np.zeros(ids.shape[0], dtype=np.float32), np.empty(0, dtype=np.float32),
+                  float(target_range[0]), float(target_range[1]))
+    n_factors = int((model.sizes * model.widths).sum())
+    model.V = rng.normal(0.0, init_stdev, n_factors).astype(np.float32)
+    return model
+
+
+def internal_indices(model, ids):
+    """Map original feature ids to internal ones; -1 where the model never saw the id."""
+    ids = np.asarray(ids)
+    known = model.feature_ids
+    if known.shape[0] == 0:
+        return np.full(ids.shape, -1, dtype=np.int32)
+    top = int(known.max())
+    if top < max(1 << 24, 4 * ids.shape[0]):
+        table = np.full(top + 1, -1, dtype=np.int32)
+        table[known] = np.arange(known.shape[0], dtype=np.int32)
+        out = np.full(ids.shape, -1, dtype=np.int32)
+        inside = ids <= top
+        out[inside] = table[ids[inside]]
+        return out
+    order = np.argsort(known)
+    sorted_ids = known[order]
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.shape[0] - 1)
+    return np.where(sorted_ids[pos] == ids, order[pos], -1).astype(np.int32)
+
+
+def save(model, path):
+    """Write ``model`` to ``path`` through a temporary file renamed into place."""
+    header = {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "rafm_version": __version__,
+        "model": model.kind, "task": model.task, "ranks": list(model.ranks),
+        "n_features": int(model.feature_ids.shape[0]), "level_sizes": model.sizes.tolist(),
+        "w0": model.w0, "target_min": model.target_min, "target_max": model.target_max,
+        **model.info,
+    }
+    arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rafm-model-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr("model.json", json.dumps(header, indent=1))
+            for name, arr in arrays.items():
+                with zf.open(name + ".npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load(path):
+    """Read a model file; refuse unknown format versions and damaged files."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            header = json.loads(zf.read("model.json"))
+            if header.get("format") != FORMAT_NAME:
+                raise InputError(f"{path}: not a rafm model file")
+            version = header.get("format_version")
+            if version != FORMAT_VERSION:
+                raise InputError(f"{path}: model format version {version} is not supported by "
+                                 f"rafm {__version__} (it reads version {FORMAT_VERSION})")
+            arrays = {}
+            for name in ("feature_ids", "levels", "w", "V"):
+                with zf.open(name + ".npy") as fh:
+                    arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"{path}: damaged or unreadable model file ({exc})") from None
+    info = {k: v for k, v in header.items() if k in ("options", "training")}
+    model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
+                  arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
+                  float(header["target_min"]), float(header["target_max"]), info)
+    n = model.feature_ids.shape[0]
+    if (model.levels.shape[0] != n or model.w.shape[0] != n
+            or model.V.shape[0] != int((model.sizes * model.widths).sum())
+            or np.any(np.diff(model.levels.astype(np.int64)) > 0)
+            or model.sizes.tolist() != header.get("level_sizes")):
+        raise InputError(f"{path}: damaged model file (array sizes disagree with the header)")
+    return model

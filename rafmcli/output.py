@@ -1,0 +1,27 @@
+"""Prediction files: one value a line, written whole or not at all."""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+PREDICTION_FORMAT = "%.9g"
+
+
+def write_predictions(path, predictions):
+    """Write to ``path`` through a temporary file renamed into place; ``-`` is stdout."""
+    if path == "-":
+        np.savetxt(sys.stdout, predictions, fmt=PREDICTION_FORMAT)
+        sys.stdout.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rafm-out-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            np.savetxt(fh, predictions, fmt=PREDICTION_FORMAT)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

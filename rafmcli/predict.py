@@ -1,0 +1,46 @@
+"""Apply a model to a Dataset: map feature ids, run the prediction kernel, finish per task."""
+
+import numpy as np
+
+from rafmcli.model import internal_indices
+
+
+def kernel_rows(model, data):
+    """CSR arrays in the model's internal ids, entries of unseen features dropped.
+
+    Returns (indptr, indices, values, unseen occurrences, unseen distinct ids);
+    ``values`` is empty when every value is 1.
+    """
+    internal = internal_indices(model, data.indices)
+    keep = internal >= 0
+    values = data.values if data.values is not None else np.empty(0, dtype=np.float32)
+    if keep.all():
+        return np.asarray(data.indptr), internal, np.asarray(values), 0, 0
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    indptr = kept[np.asarray(data.indptr)]
+    unseen_ids = np.unique(np.asarray(data.indices)[~keep]).shape[0]
+    values = values[keep] if values.shape[0] else values
+    return indptr, internal[keep], values, int((~keep).sum()), unseen_ids
+
+
+def finish(model, scores):
+    """Probabilities for classification; values clipped to the training range for regression."""
+    if model.task == "c":
+        return 1.0 / (1.0 + np.exp(-np.clip(scores, -700, 700)))
+    return np.clip(scores, model.target_min, model.target_max)
+
+
+def predict_rows(model, rows):
+    """Predictions for rows already in ``kernel_rows`` form."""
+    from rafmcli.fm_kernels import predict_scores
+
+    indptr, indices, values = rows[:3]
+    lev, widths, offsets, V, w, w0 = model.kernel_model()
+    scores = predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0], model.nested)
+    return finish(model, scores)
+
+
+def predict_dataset(model, data):
+    """(predictions, unseen occurrences, unseen distinct ids) for a Dataset."""
+    rows = kernel_rows(model, data)
+    return predict_rows(model, rows), rows[3], rows[4]

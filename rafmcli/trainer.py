@@ -1,0 +1,204 @@
+"""The training loop: epochs, validation, early stopping, logging (kernels do the rows).
+
+As in UMAP's layouts, numba runs one whole epoch; this module owns the
+random row order, the progress bar, the ``--rlog`` file and the decision to
+stop.
+"""
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from rafmcli import fm_kernels as K
+from rafmcli import metrics
+from rafmcli.errors import DivergedError
+from rafmcli.levels import assign_levels
+from rafmcli.model import build
+from rafmcli.predict import kernel_rows, predict_rows
+
+METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
+VARIANTS = {"paper": K.PAPER, "joint": K.JOINT}
+
+
+@dataclass
+class Options:
+    task: str = "r"
+    model: str = "rafm"
+    ranks: tuple = (32, 512)
+    method: str = "adagrad"
+    iters: int = 100
+    learn_rate: float = 0.05
+    dependent_rate: float | None = None
+    variant: str = "paper"
+    dependent_weight: float = 1.0
+    reg_bias: float = 0.0
+    reg_linear: float = 0.0
+    reg_factors: tuple = (0.0,)
+    init_stdev: float = 0.01
+    bias: bool = True
+    linear: bool = True
+    seed: int = 1
+    threads: int = 1
+    early_stop: int = 5
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+
+def per_level(values, m):
+    """A per-level tuple from one value (all levels) or m values."""
+    values = tuple(values)
+    if len(values) == 1:
+        return values * m
+    if len(values) != m:
+        raise ValueError(f"expected 1 or {m} pairwise regularisation values, got {len(values)}")
+    return values
+
+
+def initial_bias(task, labels):
+    """Mean target (regression) or the log-odds of the positive rate (classification)."""
+    if task == "r":
+        return float(np.mean(labels))
+    rate = float(np.clip(np.mean(labels > 0), 1e-6, 1 - 1e-6))
+    return math.log(rate / (1 - rate))
+
+
+def _optimizer_state(method, model):
+    """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused)."""
+    def like(a, used):
+        return np.zeros(a.shape if used else 0, dtype=a.dtype)
+    two = method == "adam"
+    return (like(model.V, True), like(model.V, two), like(model.w, True), like(model.w, two),
+            np.zeros(2))
+
+
+class Log:
+    """The tab-separated --rlog file: a header, then one row per epoch (NaN if missing)."""
+
+    def __init__(self, path, task):
+        self.columns = ("epoch", "seconds", "train_loss") + metrics.names(task)
+        self.fh = open(path, "w", encoding="utf-8") if path else None
+        if self.fh:
+            self.fh.write("\t".join(self.columns) + "\n")
+            self.fh.flush()
+
+    def write(self, row):
+        if self.fh:
+            self.fh.write("\t".join(_cell(row.get(c, float("nan"))) for c in self.columns) + "\n")
+            self.fh.flush()
+
+    def close(self):
+        if self.fh:
+            self.fh.close()
+
+
+def _cell(value):
+    if isinstance(value, int):
+        return str(value)
+    return "NaN" if value is None or not math.isfinite(value) else f"{value:.6g}"
+
+
+def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
+          progress=True, echo=print):
+    """Train a model on ``data``; returns (model, history of per-epoch dicts).
+
+    With ``validation``, keeps the parameters of the epoch with the best
+    validation metric and stops after ``opts.early_stop`` epochs without
+    improvement (0: never stop early).
+    """
+    m = len(opts.ranks)
+    rng = np.random.default_rng(opts.seed)
+    levels = assign_levels(data.counts, opts.ranks)
+    if levels_override is not None:
+        ids, lv = levels_override
+        pos = np.searchsorted(data.feature_ids, ids)
+        pos = np.minimum(pos, max(data.feature_ids.shape[0] - 1, 0))
+        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
+        levels[pos[hit]] = lv[hit]
+    w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
+    labels = np.asarray(data.labels, dtype=np.float64)
+    model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
+                  rng, w0, (labels.min(), labels.max()))
+    rows = kernel_rows(model, data)
+    kdata = (rows[0], rows[1], rows[2], labels)
+    vrows = kernel_rows(model, validation) if validation is not None else None
+    state = _optimizer_state(opts.method, model)
+    hyper = np.zeros(K.N_HYPER)
+    hyper[K.H_LR] = opts.learn_rate
+    hyper[K.H_LR_DEP] = opts.learn_rate if opts.dependent_rate is None else opts.dependent_rate
+    hyper[K.H_REG0], hyper[K.H_REG1] = opts.reg_bias, opts.reg_linear
+    hyper[K.H_DEP_WEIGHT] = opts.dependent_weight
+    hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = opts.beta1, opts.beta2, opts.eps
+    hyper[K.H_YMIN], hyper[K.H_YMAX] = model.target_min, model.target_max
+    hyper[K.H_BIAS_ON], hyper[K.H_LINEAR_ON] = float(opts.bias), float(opts.linear)
+    reg_v = np.asarray(per_level(opts.reg_factors, m), dtype=np.float64)
+    kmodel = model.kernel_model()
+    watch = metrics.early_stop_metric(opts.task)
+    best = (math.inf, 0, None)
+    history = []
+    log = Log(rlog, opts.task)
+    bar = None
+    if progress and not quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train")
+    n = data.n_rows
+    try:
+        for epoch in range(1, opts.iters + 1):
+            start = time.perf_counter()
+            order = rng.permutation(n).astype(np.int64)
+            args = ((epoch - 1) * n, kdata, kmodel, state, hyper, reg_v,
+                    0 if opts.task == "r" else 1, model.nested, VARIANTS[opts.variant],
+                    METHODS[opts.method])
+            if opts.threads > 1:
+                loss = K.train_epoch_hogwild(order, opts.threads, *args)
+            else:
+                loss = K.train_epoch(order, *args)
+            mean_loss = loss / max(n, 1)
+            train_loss = math.sqrt(mean_loss) if opts.task == "r" else mean_loss
+            model.w0 = float(kmodel[5][0])
+            row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
+            if vrows is not None:
+                row.update(metrics.evaluate(opts.task, validation.labels, predict_rows(model, vrows)))
+            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[watch])):
+                raise DivergedError(
+                    f"training diverged in epoch {epoch} (train loss {train_loss}); "
+                    f"try a smaller --learn-rate (now {opts.learn_rate:g})")
+            history.append(row)
+            log.write(row)
+            if bar is not None:
+                shown = {"loss": f"{train_loss:.4f}"}
+                if vrows is not None:
+                    shown[f"val_{watch}"] = f"{row[watch]:.4f}"
+                bar.set_postfix(shown, refresh=False)
+                bar.update(1)
+            if vrows is None:
+                continue
+            if row[watch] < best[0]:
+                best = (row[watch], epoch, (model.w0, model.w.copy(), model.V.copy()))
+            elif opts.early_stop and epoch - best[1] >= opts.early_stop:
+                break
+    finally:
+        log.close()
+        if bar is not None:
+            bar.close()
+    if best[2] is not None:
+        model.w0, model.w, model.V = best[2]
+    summary = {"epochs": len(history), "best_epoch": best[1] or len(history)}
+    if best[2] is not None:
+        summary["validation"] = {k: history[best[1] - 1][k] for k in metrics.names(opts.task)}
+    model.info = {"options": asdict(opts), "training": summary}
+    if not quiet:
+        echo(_summary_line(opts, model, history, summary))
+    return model, history
+
+
+def _summary_line(opts, model, history, summary):
+    text = (f"{opts.model}: {model.n_params:,} parameters, {summary['epochs']} epochs, "
+            f"{sum(h['seconds'] for h in history):.2f}s")
+    if "validation" in summary:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in summary["validation"].items())
+        text += f"; best epoch {summary['best_epoch']}: validation {shown}"
+    return text

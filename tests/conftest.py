@@ -7,9 +7,9 @@ SAMPLES = os.path.join(ROOT, "data_samples")
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    """Every test gets its own binary-cache directory."""
-    monkeypatch.setenv("RAFM_CACHE_DIR", str(tmp_path / "rafm-cache"))
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own binary-cache directory, outside its tmp_path."""
+    monkeypatch.setenv("RAFM_CACHE_DIR", str(tmp_path_factory.mktemp("rafm-cache")))
 
 
 @pytest.fixture

@@ -40,3 +40,38 @@ def csr_rows(data):
         a, b = data.indptr[r], data.indptr[r + 1]
         out.append([(int(i), float(v)) for i, v in zip(data.indices[a:b], values[a:b])])
     return out
+
+
+def factor(V, widths, offsets, i, level):
+    """Row i of level block ``level`` (1-based) of a flat factor array."""
+    width = widths[level - 1]
+    start = offsets[level - 1] + i * width
+    return V[start:start + width]
+
+
+def pair_loop(kind, ids, vals, levels, ranks, V, cap=None):
+    """Sum_{i<j} <v_i, v_j> x_i x_j by the pair loop (paper Eq. 1, 4, 5).
+
+    RaFM: the pair uses level k_ij = min(k_i, k_j) (capped at ``cap``: the
+    truncated B_{1,cap}). DiFacto: one vector per feature (its blocks 1..k_i
+    concatenated), pairs use the first min(D_{k_i}, D_{k_j}) coordinates
+    (capped at D_cap).
+    """
+    V = np.asarray(V, dtype=np.float64)
+    widths = list(ranks) if kind != "difacto" else list(np.diff(ranks, prepend=0))
+    sizes = [int((np.asarray(levels) >= l).sum()) for l in range(1, len(ranks) + 1)]
+    offsets = np.concatenate([[0], np.cumsum(np.multiply(sizes, widths))[:-1]])
+    total = 0.0
+    for a in range(len(ids)):
+        for b in range(a + 1, len(ids)):
+            i, j = ids[a], ids[b]
+            k = min(levels[i], levels[j])
+            if cap is not None:
+                k = min(k, cap)
+            if kind == "difacto":
+                vi = np.concatenate([factor(V, widths, offsets, i, l) for l in range(1, k + 1)])
+                vj = np.concatenate([factor(V, widths, offsets, j, l) for l in range(1, k + 1)])
+            else:
+                vi, vj = factor(V, widths, offsets, i, k), factor(V, widths, offsets, j, k)
+            total += float(vi @ vj) * vals[a] * vals[b]
+    return total

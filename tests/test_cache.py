@@ -32,7 +32,7 @@ def test_hit_is_memory_mapped_and_equal(datafile, monkeypatch):
 
 def test_no_cache_writes_nothing(datafile, tmp_path):
     read_dataset(datafile, use_cache=False)
-    assert not os.path.exists(cache.default_dir())
+    assert os.listdir(cache.default_dir()) == []
 
 
 def test_cache_lives_outside_the_input_directory(datafile):

@@ -34,6 +34,9 @@ GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
 PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1})
 JOINT = 1  # authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1})
 
+# reassociation lets reductions vectorise; NaN and inf keep their meaning
+FAST = {"reassoc", "contract", "nsz", "arcp"}
+
 # hyper-parameter vector slots
 (H_LR, H_LR_DEP, H_REG0, H_REG1, H_DEP_WEIGHT, H_BETA1, H_BETA2, H_EPS, H_YMIN, H_YMAX,
  H_BIAS_ON, H_LINEAR_ON) = range(12)
@@ -56,11 +59,12 @@ def _softplus(z):
     return np.log1p(np.exp(z))
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
 
-    Returns the row's linear-free pairwise part B_{1,m} (``B[m-1]``).
+    Returns the row's pairwise part B_{1,m} (``B[m-1]``). Loops index slices
+    with a range variable, which numba knows is non-negative, so they vectorise.
     """
     m = widths.shape[0]
     has_values = values.shape[0] > 0
@@ -70,44 +74,46 @@ def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S,
     R[:] = 0.0
     for k in range(a, b):
         i = indices[k]
-        x = values[k] if has_values else 1.0
+        x = values[k] if has_values else np.float32(1.0)
         top = lev[i]
         for l in range(top + 1):
             width = widths[l]
             base = offsets[l] + i * width
-            so = soff[l]
-            q = 0.0
+            v = V[base:base + width]
+            s = S[soff[l]:soff[l] + width]
+            q = np.float32(0.0)
             if nested and l < top:
+                t = T[soff[l]:soff[l] + width]
                 for f in range(width):
-                    vx = V[base + f] * x
-                    S[so + f] += vx
-                    T[so + f] += vx
+                    vx = v[f] * x
+                    s[f] += vx
+                    t[f] += vx
                     q += vx * vx
                 R[l] += q
             else:
                 for f in range(width):
-                    vx = V[base + f] * x
-                    S[so + f] += vx
+                    vx = v[f] * x
+                    s[f] += vx
                     q += vx * vx
             Q[l] += q
     total = 0.0
     for l in range(m):
-        so = soff[l]
-        ss = 0.0
-        for f in range(widths[l]):
-            ss += S[so + f] * S[so + f]
+        s = S[soff[l]:soff[l + 1]]
+        ss = np.float32(0.0)
+        for f in range(s.shape[0]):
+            ss += s[f] * s[f]
         total += 0.5 * (ss - Q[l])
         if nested and l > 0:
-            so = soff[l - 1]
-            tt = 0.0
-            for f in range(widths[l - 1]):
-                tt += T[so + f] * T[so + f]
+            t = T[soff[l - 1]:soff[l]]
+            tt = np.float32(0.0)
+            for f in range(t.shape[0]):
+                tt += t[f] * t[f]
             total -= 0.5 * (tt - R[l - 1])
         B[l] = total
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def _linear(a, b, indices, values, w):
     has_values = values.shape[0] > 0
     s = 0.0
@@ -116,7 +122,7 @@ def _linear(a, b, indices, values, w):
     return s
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=FAST)
 def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested):
     """Raw scores w0 + Sum w_i x_i + pairwise part for every row (parallel over rows)."""
     n = indptr.shape[0] - 1
@@ -127,8 +133,8 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
     out = np.empty(n)
     n_chunks = min(n, 64 * 8)
     for c in prange(n_chunks):
-        S = np.empty(soff[m])
-        T = np.empty(soff[m])
+        S = np.empty(soff[m], dtype=np.float32)
+        T = np.empty(soff[m], dtype=np.float32)
         Q = np.empty(m)
         R = np.empty(m)
         B = np.empty(m)
@@ -155,7 +161,45 @@ def _step(p, a1, a2, j, grad, lr, method, beta1, beta2, eps):
         a1[j] += grad
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST, inline="always")
+def _step_factors(v, a1, a2, s, t, ca, cb, x, reg, lr, method, beta1, beta2, eps):
+    """Step one factor row ``v`` (a slice of V; a1, a2 the matching state slices).
+
+    Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes); one
+    branch-free float32 loop per method so that it vectorises 8 wide.
+    """
+    width = v.shape[0]
+    ca, cb, x, reg = np.float32(ca), np.float32(cb), np.float32(x), np.float32(reg)
+    lr, eps = np.float32(lr), np.float32(eps)
+    beta1, beta2 = np.float32(beta1), np.float32(beta2)
+    one = np.float32(1.0)
+    if method == SGD and cb == 0:
+        for f in range(width):
+            v[f] -= lr * (ca * (s[f] - v[f] * x) + reg * v[f])
+    elif method == SGD:
+        for f in range(width):
+            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
+            v[f] -= lr * g
+    elif method == ADAGRAD:
+        for f in range(width):
+            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
+            acc = a1[f] + g * g
+            a1[f] = acc
+            v[f] -= lr * g / (np.sqrt(acc) + eps)
+    elif method == ADAM:
+        for f in range(width):
+            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
+            m1 = beta1 * a1[f] + (one - beta1) * g
+            m2 = beta2 * a2[f] + (one - beta2) * g * g
+            a1[f] = m1
+            a2[f] = m2
+            v[f] -= lr * m1 / (np.sqrt(m2) + eps)
+    else:
+        for f in range(width):
+            a1[f] += ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
+
+
+@njit(cache=True, fastmath=FAST)
 def _train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, nested, variant, method):
     """Visit rows order[lo:hi], updating the model after each; return the summed loss."""
     indptr, indices, values, labels = data
@@ -166,8 +210,8 @@ def _train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, ne
     soff = np.zeros(m + 1, dtype=np.int64)
     for l in range(m):
         soff[l + 1] = soff[l] + widths[l]
-    S = np.empty(soff[m])
-    T = np.empty(soff[m])
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
     Q = np.empty(m)
     R = np.empty(m)
     B = np.empty(m)
@@ -229,26 +273,23 @@ def _train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, ne
         lr_linear = lr_step * hyper[H_LINEAR_ON]
         for k in range(a, b):
             i = indices[k]
-            x = values[k] if has_values else 1.0
+            x = values[k] if has_values else np.float32(1.0)
             top = lev[i]
             _step(w, accw1, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method, beta1, beta2, eps)
             for l in range(top + 1):
                 width = widths[l]
                 base = offsets[l] + i * width
-                so = soff[l]
-                reg = reg_v[l]
+                v = V[base:base + width]
+                a1 = accV1[base:base + width] if accV1.shape[0] else accV1
+                a2 = accV2[base:base + width] if accV2.shape[0] else accV2
+                s = S[soff[l]:soff[l] + width]
+                t = T[soff[l]:soff[l] + width]
                 if nested and l < top:
-                    ca, cb, rate = a_dep[l] * x, b_dep[l] * x, lr_dep
-                    for f in range(width):
-                        v = V[base + f]
-                        grad = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
-                        _step(V, accV1, accV2, base + f, grad, rate, method, beta1, beta2, eps)
+                    _step_factors(v, a1, a2, s, t, a_dep[l] * x, b_dep[l] * x, x, reg_v[l], lr_dep,
+                                  method, beta1, beta2, eps)
                 else:
-                    ca = a_free[l] * x
-                    for f in range(width):
-                        v = V[base + f]
-                        grad = ca * (S[so + f] - v * x) + reg * v
-                        _step(V, accV1, accV2, base + f, grad, lr_step, method, beta1, beta2, eps)
+                    _step_factors(v, a1, a2, s, t, a_free[l] * x, 0.0, x, reg_v[l], lr_step,
+                                  method, beta1, beta2, eps)
     return loss
 
 

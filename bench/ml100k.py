@@ -1,0 +1,118 @@
+"""MovieLens 100K (split u1) as libFM files, and FM / DiFacto / RaFM on them.
+
+    python bench/ml100k.py [--ids-only] [--config NAME ...]
+
+Reads ../shared/datasets/ml-100k (never copied into the repository) and
+writes bench/data/ml100k-u1[-ids].{train,test}.libfm: user and item one-hot,
+plus (unless --ids-only) age bucket, gender, occupation, zip code and item
+genres, so feature frequencies range from 1 to thousands. Every model trains
+on u1.base with 10% of it held out for early stopping (rafm train's default)
+and is scored on u1.test. Prints test RMSE, parameters and train seconds.
+"""
+
+import os
+import sys
+import time
+
+import click
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ML100K = os.path.join(HERE, "..", "..", "shared", "datasets", "ml-100k")
+AGE_EDGES = (18, 25, 35, 45, 50, 56)
+
+
+def _read(name, sep):
+    with open(os.path.join(ML100K, name), encoding="latin-1") as fh:
+        return [line.rstrip("\n").split(sep) for line in fh if line.strip()]
+
+
+def convert(ids_only):
+    """Write the u1 train/test libFM files; return their paths."""
+    suffix = "-ids" if ids_only else ""
+    out = {s: os.path.join(HERE, "data", f"ml100k-u1{suffix}.{s}.libfm") for s in ("train", "test")}
+    if all(os.path.exists(p) for p in out.values()):
+        return out
+    os.makedirs(os.path.join(HERE, "data"), exist_ok=True)
+    vocab = {}
+
+    def fid(name):
+        return vocab.setdefault(name, len(vocab))
+
+    users = {u[0]: u for u in _read("u.user", "|")}
+    items = {i[0]: i for i in _read("u.item", "|")}
+    user_feats, item_feats = {}, {}
+    for uid, (_, age, gender, occupation, zipcode) in users.items():
+        feats = [fid(f"user={uid}")]
+        if not ids_only:
+            feats += [fid(f"age<{next((e for e in AGE_EDGES if int(age) < e), 99)}"),
+                      fid(f"gender={gender}"), fid(f"occupation={occupation}"), fid(f"zip={zipcode}")]
+        user_feats[uid] = feats
+    for iid, fields in items.items():
+        feats = [(fid(f"item={iid}"), 1.0)]
+        genres = [g for g, flag in enumerate(fields[5:]) if flag == "1"]
+        if not ids_only and genres:
+            feats += [(fid(f"genre={g}"), round(1.0 / len(genres), 4)) for g in genres]
+        item_feats[iid] = feats
+    for split, name in (("train", "u1.base"), ("test", "u1.test")):
+        with open(out[split], "w") as fh:
+            for uid, iid, rating, _ in _read(name, "\t"):
+                tokens = [f"{f}:1" for f in user_feats[uid]]
+                tokens += [f"{f}:{v:g}" for f, v in item_feats[iid]]
+                fh.write(rating + " " + " ".join(tokens) + "\n")
+    return out
+
+
+# name -> (model, ranks, options); tuned on the held-out part of u1.base only
+CONFIGS = {
+    "fm-8": ("fm", (8,), {}),
+    "fm-32": ("fm", (32,), {}),
+    "difacto-8,32": ("difacto", (8, 32), {}),
+    "rafm-8,32": ("rafm", (8, 32), {}),
+    "rafm-8,32-joint": ("rafm", (8, 32), {"variant": "joint"}),
+}
+DEFAULTS = {"task": "r", "method": "adagrad", "learn_rate": 0.05, "reg_factors": (0.01,),
+            "iters": 200, "early_stop": 5, "init_stdev": 0.01}
+
+
+def run(files, name, holdout=0.1, seed=1):
+    from rafmcli.metrics import evaluate
+    from rafmcli.predict import predict_dataset
+    from rafmcli.reader import read_dataset
+    from rafmcli.trainer import Options, train
+
+    kind, ranks, extra = CONFIGS[name]
+    full = read_dataset(files["train"])
+    test = read_dataset(files["test"])
+    rows = np.random.default_rng(seed).permutation(full.n_rows)
+    cut = int(holdout * full.n_rows)
+    valid, tr = full.subset(np.sort(rows[:cut])), full.subset(np.sort(rows[cut:]))
+    opts = Options(**{**DEFAULTS, **extra, "model": kind, "ranks": ranks, "seed": seed})
+    start = time.perf_counter()
+    model, history = train(tr, opts, validation=valid, progress=False, quiet=True)
+    seconds = time.perf_counter() - start
+    rmse = evaluate("r", test.labels, predict_dataset(model, test)[0])["rmse"]
+    return {"name": name, "rmse": rmse, "params": model.n_params, "seconds": seconds,
+            "epochs": len(history), "best": model.info["training"]["best_epoch"],
+            "valid": model.info["training"]["validation"]["rmse"]}
+
+
+@click.command()
+@click.option("--ids-only", is_flag=True, help="Only user and item ids (as libFM's reference runs).")
+@click.option("--config", "names", multiple=True, type=click.Choice(sorted(CONFIGS)),
+              help="Configurations to run (default: all).")
+@click.option("--seed", default=1, show_default=True)
+def main(ids_only, names, seed):
+    files = convert(ids_only)
+    run(files, "fm-8")  # compile kernels before timing anything
+    print(f"ml-100k u1, {'ids only' if ids_only else 'ids + side features'}; seed {seed}")
+    print(f"{'model':<20}{'test RMSE':>10}{'valid RMSE':>11}{'params':>10}{'seconds':>9}{'epochs':>8}")
+    for name in names or CONFIGS:
+        r = run(files, name, seed=seed)
+        print(f"{r['name']:<20}{r['rmse']:>10.4f}{r['valid']:>11.4f}{r['params']:>10,}"
+              f"{r['seconds']:>9.2f}{r['epochs']:>5} ({r['best']})")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -10,10 +10,17 @@ PREDICTION_FORMAT = "%.9g"
 
 
 def write_predictions(path, predictions):
-    """Write to ``path`` through a temporary file renamed into place; ``-`` is stdout."""
+    """Write to ``path`` through a temporary file renamed into place; ``-`` is stdout.
+
+    When the reader of stdout goes away (``rafm predict ... | head``) the rest
+    is dropped quietly: the consumer has what it asked for.
+    """
     if path == "-":
-        np.savetxt(sys.stdout, predictions, fmt=PREDICTION_FORMAT)
-        sys.stdout.flush()
+        try:
+            np.savetxt(sys.stdout, predictions, fmt=PREDICTION_FORMAT)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".rafm-out-", dir=directory)

@@ -331,3 +331,16 @@ def test_subprocess_entry_point(sample, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rafmcli", "predict", "--model", str(saved),
                           str(tmp_path / "missing.libfm")], capture_output=True, text=True)
     assert bad.returncode == 2 and "missing.libfm" in bad.stderr
+
+
+def test_predict_into_a_closed_pipe_exits_quietly(sample, tmp_path):
+    saved = tmp_path / "m.rafm"
+    subprocess.run(["rafm", "train", "--task", "r", "--train", sample("regression.train"),
+                    "--iter", "2", "--save-model", str(saved), "--quiet"], check=True)
+    many = tmp_path / "many.libfm"
+    many.write_text(open(sample("regression.train")).read() * 20)
+    result = subprocess.run(["bash", "-o", "pipefail", "-ec",
+                             f"rafm predict --quiet --model {saved} {many} | head -1"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == ""
+    assert len(result.stdout.split()) == 1

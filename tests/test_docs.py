@@ -1,0 +1,154 @@
+"""The manual cannot drift from the CLI: pages render cleanly, document exactly
+the options click knows (with their defaults), and their examples and README's
+commands run on data_samples/."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import click
+import pytest
+
+from rafmcli.cli import main
+from conftest import ROOT
+
+MAN = os.path.join(ROOT, "man")
+PAGES = {"rafm.1": None, "rafm-train.1": "train", "rafm-predict.1": "predict",
+         "rafm-stats.1": "stats", "rafm-files.5": None}
+
+
+def read(page):
+    with open(os.path.join(MAN, page), encoding="utf-8") as fh:
+        return fh.read()
+
+
+def sections(text):
+    """{section name: its roff lines}."""
+    out, name = {}, None
+    for line in text.splitlines():
+        if line.startswith(".SH "):
+            name = line[4:].strip().strip('"')
+            out[name] = []
+        elif name:
+            out[name].append(line)
+    return out
+
+
+def unroff(line):
+    return re.sub(r"\\f[BIRP]", "", line).replace("\\-", "-").replace('" "', " ")
+
+
+def documented_options(page):
+    """{--option: its paragraph} from the OPTIONS section's .TP entries."""
+    lines = sections(read(page))["OPTIONS"]
+    entries, current = {}, None
+    for k, line in enumerate(lines):
+        if line.startswith(".TP") and k + 1 < len(lines):
+            names = re.findall(r"--[a-z][a-z-]*", unroff(lines[k + 1]))
+            current = names
+            for n in names:
+                entries[n] = []
+        elif current:
+            for n in current:
+                entries[n].append(unroff(line))
+    return {n: " ".join(p) for n, p in entries.items()}
+
+
+def click_options(command):
+    cmd = main if command is None else main.commands[command]
+    params = [p for p in cmd.params if isinstance(p, click.Option)]
+    return params + [cmd.get_help_option(click.Context(cmd))]
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_page_renders_without_warnings(page):
+    if not shutil.which("groff"):
+        pytest.skip("groff is not installed")
+    result = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", os.path.join(MAN, page)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_page_has_the_sections(page):
+    names = set(sections(read(page)))
+    assert {"NAME", "SYNOPSIS", "DESCRIPTION", "EXAMPLES", "SEE ALSO"} <= names
+    if page.endswith(".1"):
+        assert {"OPTIONS", "EXIT STATUS"} <= names
+
+
+@pytest.mark.parametrize("page,command", [(p, c) for p, c in PAGES.items() if p.endswith(".1")])
+def test_options_match_click(page, command):
+    documented = documented_options(page)
+    known = {name for p in click_options(command) for name in p.opts + p.secondary_opts
+             if name.startswith("--")}
+    assert set(documented) == known
+
+
+@pytest.mark.parametrize("page,command", [(p, c) for p, c in PAGES.items() if c])
+def test_defaults_match_click(page, command):
+    documented = documented_options(page)
+    for param in click_options(command):
+        if not param.show_default or param.default is None:
+            continue
+        if param.is_flag and param.secondary_opts:
+            shown = (param.opts if param.default else param.secondary_opts)[0].lstrip("-")
+        else:
+            shown = str(param.default)
+        assert f"Default: {shown}" in documented[param.opts[0]], param.opts[0]
+
+
+def example_commands(text):
+    """Shell lines of the EXAMPLES .nf blocks (data lines excluded)."""
+    commands, inside = [], False
+    for line in sections(text)["EXAMPLES"]:
+        if line.startswith(".nf"):
+            inside = True
+        elif line.startswith(".fi"):
+            inside = False
+        elif inside and not line.startswith(".") and not re.match(r"[-+0-9.]", unroff(line)):
+            commands.append(unroff(line))
+    return commands
+
+
+def readme_commands():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        blocks = re.findall(r"```sh\n(.*?)```", fh.read(), flags=re.S)
+    commands = []
+    for block in blocks:
+        for line in block.splitlines():
+            line = re.sub(r"^python3 -m pip install [^&]*&& ", "", line.strip())
+            if line and not line.startswith("python3 -m pip install"):
+                commands.append(line)
+    return commands
+
+
+def run_in_samples_dir(tmp_path, commands):
+    os.symlink(os.path.join(ROOT, "data_samples"), tmp_path / "data_samples")
+    for command in commands:
+        result = subprocess.run(["bash", "-o", "pipefail", "-ec", command], cwd=tmp_path,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_examples_run(tmp_path, page):
+    commands = example_commands(read(page))
+    assert commands
+    run_in_samples_dir(tmp_path, commands)
+
+
+def test_readme_commands_run(tmp_path):
+    commands = readme_commands()
+    assert any(c.startswith("rafm train") for c in commands)
+    assert any("pytest" in c for c in commands)
+    run_in_samples_dir(tmp_path, [c for c in commands if "pytest" not in c])
+    assert (tmp_path / "predictions.txt").exists() and (tmp_path / "train-log.tsv").exists()
+
+
+def test_ci_runs_readme_test_command():
+    test_command = next(c for c in open(os.path.join(ROOT, "README.md")).read().split("```sh\n")
+                        if "pytest" in c).split("```")[0].strip()
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as fh:
+        assert test_command in fh.read()

@@ -142,7 +142,7 @@ def _kernel_gradient(model, ids, vals, y, task, variant):
 
 def _owner(model, j):
     """(feature, level) of flat factor coordinate j."""
-    sizes, widths, offsets = model.sizes, model.widths, model.offsets
+    widths, offsets = model.widths, model.offsets
     level = int(np.searchsorted(offsets, j, side="right"))
     return (j - offsets[level - 1]) // widths[level - 1], level
 

@@ -19,7 +19,7 @@ SPACES = [" ", "  ", "\t", " \t "]
 def messy_text(rng, n_rows=300, ones=False):
     """A valid libFM text with every tolerated irregularity, and random values."""
     lines = []
-    for r in range(n_rows):
+    for _ in range(n_rows):
         kind = rng.random()
         if kind < 0.05:
             lines.append("# a whole-line comment: 1:2 3:4")

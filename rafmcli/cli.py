@@ -135,7 +135,7 @@ def _warn_unseen(name, occurrences, distinct):
               help="RaFM training: paper (Algorithm 1) or joint (main loss plus distillation terms, one optimizer, as the authors' code).")
 @click.option("--dependent-weight", type=click.FloatRange(0), default=1.0, show_default=True,
               help="RaFM joint variant: weight c_p of each distillation term.")
-@click.option("--regular", type=FLOATS, default="0,0,0.0001", show_default=True,
+@click.option("--regular", type=FLOATS, default="0,0,0.01", show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level (r0,r1,r2_1,...,r2_m). Applied when a feature occurs.")
 @click.option("--init-stdev", type=click.FloatRange(0), default=0.01, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.")

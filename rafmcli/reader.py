@@ -159,7 +159,7 @@ def _blocks(path, name, progress, desc):
         from tqdm import tqdm
 
         bar = tqdm(total=size, unit="B", unit_scale=True, leave=False,
-                   desc=f"{desc} {os.path.basename(name)}")
+                   desc=f"{desc} {os.path.basename(name)}", disable=None)
     buf = np.empty(BLOCK_BYTES + 1, dtype=np.uint8)
     tail = 0
     first = True

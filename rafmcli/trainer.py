@@ -35,7 +35,7 @@ class Options:
     dependent_weight: float = 1.0
     reg_bias: float = 0.0
     reg_linear: float = 0.0
-    reg_factors: tuple = (0.0,)
+    reg_factors: tuple = (0.01,)
     init_stdev: float = 0.01
     bias: bool = True
     linear: bool = True
@@ -143,7 +143,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     if progress and not quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train")
+        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train",
+                   disable=None)
     n = data.n_rows
     try:
         for epoch in range(1, opts.iters + 1):

@@ -39,6 +39,7 @@ def zipf_ids(rng, n, vocab, exponent, shuffle=True):
 
 def write_rows(fh, labels, indptr, indices, values=None, label_format="%.6g"):
     """Write CSR rows as libFM text: ``label idx:value ...`` one row a line."""
+    token = " %d:1" if values is None else " %d:%.6g"
     formats = {}
     chunk = 65536
     for start in range(0, labels.shape[0], chunk):
@@ -46,20 +47,14 @@ def write_rows(fh, labels, indptr, indices, values=None, label_format="%.6g"):
         lo, hi = indptr[start], indptr[stop]
         ids = indices[lo:hi].tolist()
         vals = None if values is None else values[lo:hi].tolist()
-        labs = labels[start:stop].tolist()
         ptr = (indptr[start:stop + 1] - lo).tolist()
         out = []
-        for r, lab in enumerate(labs):
+        for r, lab in enumerate(labels[start:stop].tolist()):
             a, b = ptr[r], ptr[r + 1]
-            if vals is None:
-                fmt = formats.get(("1", b - a)) or formats.setdefault(
-                    ("1", b - a), label_format + " %d:1" * (b - a) + "\n")
-                out.append(fmt % (lab, *ids[a:b]))
-            else:
-                fmt = formats.get(("v", b - a)) or formats.setdefault(
-                    ("v", b - a), label_format + " %d:%.6g" * (b - a) + "\n")
-                pairs = [x for pair in zip(ids[a:b], vals[a:b]) for x in pair]
-                out.append(fmt % (lab, *pairs))
+            if b - a not in formats:
+                formats[b - a] = label_format + token * (b - a) + "\n"
+            fields = ids[a:b] if vals is None else [x for p in zip(ids[a:b], vals[a:b]) for x in p]
+            out.append(formats[b - a] % (lab, *fields))
         fh.write("".join(out))
 
 

@@ -90,14 +90,6 @@ def _sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _softplus(z):
-    """log(1 + e^z), stable."""
-    if z > 0:
-        return z + np.log1p(np.exp(-z))
-    return np.log1p(np.exp(z))
-
-
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
@@ -280,8 +272,10 @@ def _train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, ne
             loss += g * g
         else:
             y = 1.0 if labels[r] > 0 else -1.0
-            loss += _softplus(-y * y_hat)
-            g = -y * _sigmoid(-y * y_hat)
+            z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
+            e = np.exp(-abs(z))
+            loss += max(z, 0.0) + np.log1p(e)
+            g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
         lr_step = lr
         lr_dep = lr_dep_base
         if method == ADAM:

@@ -46,6 +46,8 @@ FAST = {"reassoc", "contract", "nsz", "arcp"}
  H_BIAS_ON, H_LINEAR_ON) = range(12)
 N_HYPER = 12
 
+CHUNK_ROWS = 256  # rows gathered into a contiguous buffer at a time while training
+
 
 @intrinsic
 def _prefetch(typingctx, arr, index):
@@ -233,6 +235,29 @@ def _step_factors(v, a1, a2, s, t, ca, cb, x, reg, lr, method, beta1, beta2, eps
             a1[f] += ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
 
 
+@njit(cache=True, error_model="numpy")
+def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab):
+    """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
+
+    The copies are independent random reads that the CPU overlaps; training
+    then walks the buffer in order and can prefetch the next row's factors
+    without first waiting for its feature ids.
+    """
+    has_values = values.shape[0] > 0
+    nz = 0
+    ptr[0] = 0
+    for j in range(hi - lo):
+        r = order[lo + j]
+        a, b = indptr[r], indptr[r + 1]
+        for k in range(a, b):
+            idx[nz] = indices[k]
+            if has_values:
+                val[nz] = values[k]
+            nz += 1
+        ptr[j + 1] = nz
+        lab[j] = labels[r]
+
+
 def _make_trainers(method):
     """Serial and Hogwild epoch kernels with the optimizer ``method`` fixed.
 
@@ -264,22 +289,31 @@ def _make_trainers(method):
         beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
         lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
         dep_weight = hyper[H_DEP_WEIGHT]
+        longest = 0
+        for r in range(indptr.shape[0] - 1):
+            longest = max(longest, indptr[r + 1] - indptr[r])
+        ptr = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
+        idx = np.empty(CHUNK_ROWS * longest, dtype=indices.dtype)
+        val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
+        lab = np.empty(CHUNK_ROWS)
         loss = 0.0
         for pos in range(lo, hi):
-            if pos + 1 < hi:
-                nxt = order[pos + 1]
-                prefetch_row(indptr[nxt], indptr[nxt + 1], indices, lev, widths, offsets, V, accV1, w)
-            r = order[pos]
-            a, b = indptr[r], indptr[r + 1]
-            lin = w0[0] + _linear(a, b, indices, values, w)
-            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
+            j = (pos - lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
+            if pos + 1 < stop:
+                prefetch_row(ptr[j + 1], ptr[j + 2], idx, lev, widths, offsets, V, accV1, w)
+            a, b = ptr[j], ptr[j + 1]
+            lin = w0[0] + _linear(a, b, idx, val, w)
+            pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
             y_hat = lin + pair
             if task == TASK_REGRESSION:
                 y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                g = y_hat - labels[r]
+                g = y_hat - lab[j]
                 loss += g * g
             else:
-                y = 1.0 if labels[r] > 0 else -1.0
+                y = 1.0 if lab[j] > 0 else -1.0
                 z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
                 e = np.exp(-abs(z))
                 loss += max(z, 0.0) + np.log1p(e)
@@ -319,8 +353,8 @@ def _make_trainers(method):
                   method, beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for k in range(a, b):
-                i = indices[k]
-                x = values[k] if has_values else np.float32(1.0)
+                i = idx[k]
+                x = val[k] if has_values else np.float32(1.0)
                 top = lev[i]
                 _step(w, accw1, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method, beta1, beta2, eps)
                 for l in range(top + 1):

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MODELS = ("fm", "rafm", "difacto")
-
 
 def parse_ranks(text):
     """``"32,512"`` -> (32, 512); ranks must be positive and strictly increasing."""

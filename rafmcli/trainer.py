@@ -146,13 +146,13 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
         bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train",
                    disable=None)
     n = data.n_rows
+    task = K.TASK_REGRESSION if opts.task == "r" else K.TASK_CLASSIFICATION
     try:
         for epoch in range(1, opts.iters + 1):
             start = time.perf_counter()
             order = rng.permutation(n).astype(np.int64)
-            args = ((epoch - 1) * n, kdata, kmodel, state, hyper, reg_v,
-                    0 if opts.task == "r" else 1, model.nested, VARIANTS[opts.variant],
-                    METHODS[opts.method])
+            args = ((epoch - 1) * n, kdata, kmodel, state, hyper, reg_v, task, model.nested,
+                    VARIANTS[opts.variant], METHODS[opts.method])
             if opts.threads > 1:
                 loss = K.train_epoch_hogwild(order, opts.threads, *args)
             else:

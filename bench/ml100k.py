@@ -86,14 +86,12 @@ def run(files, name, point, holdout=0.1, seed=1):
     from rafmcli.metrics import evaluate
     from rafmcli.predict import predict_dataset
     from rafmcli.reader import read_dataset
-    from rafmcli.trainer import Options, train
+    from rafmcli.trainer import Options, holdout_split, train
 
     kind, ranks, extra = CONFIGS[name]
     full = read_dataset(files["train"])
     test = read_dataset(files["test"])
-    rows = np.random.default_rng(seed).permutation(full.n_rows)
-    cut = int(holdout * full.n_rows)
-    valid, tr = full.subset(np.sort(rows[:cut])), full.subset(np.sort(rows[cut:]))
+    tr, valid = holdout_split(full, holdout, seed)
     opts = Options(**{**BASE, **point, **extra, "model": kind, "ranks": ranks, "seed": seed})
     start = time.perf_counter()
     model, history = train(tr, opts, validation=valid, progress=False, quiet=True)

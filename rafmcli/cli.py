@@ -160,11 +160,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     stderr; predictions (--test, --out) and the model (--save-model) are
     written only when training succeeds.
     """
-    import numpy as np
-
     from rafmcli.errors import InputError
     from rafmcli.levels import read_levels_file
-    from rafmcli.trainer import Options, per_level
+    from rafmcli.trainer import Options, holdout_split, per_level
 
     if dim is not None and ranks is not None:
         raise click.UsageError("give --dim or --ranks, not both")
@@ -192,14 +190,10 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     valid = _read(validation, no_cache, quiet) if validation else None
     test_data = _read(test, no_cache, quiet) if test else None
     if valid is None and holdout > 0:
-        rows = np.random.default_rng(seed).permutation(data.n_rows)
-        cut = int(round(holdout * data.n_rows))
-        if cut and cut < data.n_rows:
-            valid = data.subset(np.sort(rows[:cut]))
-            data = data.subset(np.sort(rows[cut:]))
-            if not quiet:
-                click.echo(f"rafm: validating on {cut:,} held-out training rows ({holdout:g}); "
-                           f"--validation FILE or --holdout 0 to change", err=True)
+        data, valid = holdout_split(data, holdout, seed)
+        if valid is not None and not quiet:
+            click.echo(f"rafm: validating on {valid.n_rows:,} held-out training rows ({holdout:g}); "
+                       f"--validation FILE or --holdout 0 to change", err=True)
     opts = Options(task=task, model=model_kind, ranks=tuple(ranks), method=method, iters=iters,
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],

@@ -57,6 +57,18 @@ def per_level(values, m):
     return values
 
 
+def holdout_split(data, fraction, seed):
+    """(train, validation): a seeded random ``fraction`` of the rows held out, order kept.
+
+    Returns (data, None) when the fraction leaves either side empty.
+    """
+    rows = np.random.default_rng(seed).permutation(data.n_rows)
+    cut = int(round(fraction * data.n_rows))
+    if not 0 < cut < data.n_rows:
+        return data, None
+    return data.subset(np.sort(rows[cut:])), data.subset(np.sort(rows[:cut]))
+
+
 def initial_bias(task, labels):
     """Mean target (regression) or the log-odds of the positive rate (classification)."""
     if task == "r":

@@ -47,6 +47,7 @@ FAST = {"reassoc", "contract", "nsz", "arcp"}
 N_HYPER = 12
 
 CHUNK_ROWS = 256  # rows gathered into a contiguous buffer at a time while training
+GATHER_AHEAD = 8  # rows the gather prefetches ahead (twice that for indptr and labels)
 
 
 @intrinsic
@@ -65,6 +66,23 @@ def _prefetch(typingctx, arr, index):
     return types.void(arr, index), codegen
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _top_level(lev, i, m):
+    """k_i - 1; FM (m = 1) never reads ``lev``, a random access into a large array."""
+    return lev[i] if m > 1 else 0
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _row_start(offsets, widths, l, i):
+    """Offset of v_i^(l) in V, unsigned.
+
+    Loops below index ``V[start + f]`` with unsigned offsets: numba then adds
+    no negative-index wrap (which stops vectorisation) and, unlike a slice,
+    no reference counting (two atomic operations per slice).
+    """
+    return np.uint64(offsets[l]) + np.uint64(i) * np.uint64(widths[l])
+
+
 @njit(cache=True, error_model="numpy")
 def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w):
     """Prefetch the factor rows (and AdaGrad/Adam state) a row will touch.
@@ -72,16 +90,16 @@ def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w):
     Called one row ahead: random rows of a large model otherwise stall on
     memory for most of their time. One hint per 64-byte line.
     """
+    m = widths.shape[0]
     for k in range(a, b):
         i = indices[k]
         _prefetch(w, i)
-        for l in range(lev[i] + 1):
-            width = widths[l]
-            base = offsets[l] + i * width
-            for f in range(0, width, 16):
-                _prefetch(V, base + f)
+        for l in range(_top_level(lev, i, m) + 1):
+            start = _row_start(offsets, widths, l, i)
+            for f in range(0, widths[l], 16):
+                _prefetch(V, start + np.uint64(f))
                 if accV1.shape[0]:
-                    _prefetch(accV1, base + f)
+                    _prefetch(accV1, start + np.uint64(f))
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -96,8 +114,7 @@ def _sigmoid(z):
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
 
-    Returns the row's pairwise part B_{1,m} (``B[m-1]``). Loops index slices
-    with a range variable, which numba knows is non-negative, so they vectorise.
+    Returns the row's pairwise part B_{1,m} (``B[m-1]``).
     """
     m = widths.shape[0]
     has_values = values.shape[0] > 0
@@ -108,25 +125,22 @@ def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S,
     for k in range(a, b):
         i = indices[k]
         x = values[k] if has_values else np.float32(1.0)
-        top = lev[i]
+        top = _top_level(lev, i, m)
         for l in range(top + 1):
-            width = widths[l]
-            base = offsets[l] + i * width
-            v = V[base:base + width]
-            s = S[soff[l]:soff[l] + width]
+            start = _row_start(offsets, widths, l, i)
+            so = np.uint64(soff[l])
             q = np.float32(0.0)
             if nested and l < top:
-                t = T[soff[l]:soff[l] + width]
-                for f in range(width):
-                    vx = v[f] * x
-                    s[f] += vx
-                    t[f] += vx
+                for f in range(np.uint64(widths[l])):
+                    vx = V[start + f] * x
+                    S[so + f] += vx
+                    T[so + f] += vx
                     q += vx * vx
                 R[l] += q
             else:
-                for f in range(width):
-                    vx = v[f] * x
-                    s[f] += vx
+                for f in range(np.uint64(widths[l])):
+                    vx = V[start + f] * x
+                    S[so + f] += vx
                     q += vx * vx
             Q[l] += q
     total = 0.0
@@ -182,71 +196,88 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _step(p, a1, a2, j, grad, lr, method, beta1, beta2, eps):
-    """One optimizer step on p[j] (lazy: only coordinates a row touches)."""
+def _step(p, j, a1, j1, a2, j2, grad, lr, method, beta1, beta2, eps):
+    """One optimizer step on p[j] with state a1[j1], a2[j2] (lazy: only what a row touches)."""
     if method == SGD:
         p[j] -= lr * grad
     elif method == ADAGRAD:
-        a1[j] += grad * grad
-        p[j] -= lr * grad / (np.sqrt(a1[j]) + eps)
+        a1[j1] += grad * grad
+        p[j] -= lr * grad / (np.sqrt(a1[j1]) + eps)
     elif method == ADAM:
-        a1[j] = beta1 * a1[j] + (1.0 - beta1) * grad
-        a2[j] = beta2 * a2[j] + (1.0 - beta2) * grad * grad
-        p[j] -= lr * a1[j] / (np.sqrt(a2[j]) + eps)
+        a1[j1] = beta1 * a1[j1] + (1.0 - beta1) * grad
+        a2[j2] = beta2 * a2[j2] + (1.0 - beta2) * grad * grad
+        p[j] -= lr * a1[j1] / (np.sqrt(a2[j2]) + eps)
     else:
-        a1[j] += grad
+        a1[j1] += grad
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
-def _step_factors(v, a1, a2, s, t, ca, cb, x, reg, lr, method, beta1, beta2, eps):
-    """Step one factor row ``v`` (a slice of V; a1, a2 the matching state slices).
+def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method, beta1, beta2, eps):
+    """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets).
 
-    Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes); one
-    branch-free float32 loop per method so that it vectorises 8 wide.
+    Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes), S_l and
+    T_l at ``so`` in S and T; one branch-free float32 loop per method so that
+    it vectorises 8 wide.
     """
-    width = v.shape[0]
     ca, cb, x, reg = np.float32(ca), np.float32(cb), np.float32(x), np.float32(reg)
     lr, eps = np.float32(lr), np.float32(eps)
     beta1, beta2 = np.float32(beta1), np.float32(beta2)
     one = np.float32(1.0)
     if method == SGD and cb == 0:
         for f in range(width):
-            v[f] -= lr * (ca * (s[f] - v[f] * x) + reg * v[f])
+            v = V[start + f]
+            V[start + f] = v - lr * (ca * (S[so + f] - v * x) + reg * v)
     elif method == SGD:
         for f in range(width):
-            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
-            v[f] -= lr * g
+            v = V[start + f]
+            V[start + f] = v - lr * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
     elif method == ADAGRAD:
         for f in range(width):
-            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
-            acc = a1[f] + g * g
-            a1[f] = acc
-            v[f] -= lr * g / (np.sqrt(acc) + eps)
+            v = V[start + f]
+            g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+            acc = a1[start + f] + g * g
+            a1[start + f] = acc
+            V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
     elif method == ADAM:
         for f in range(width):
-            g = ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
-            m1 = beta1 * a1[f] + (one - beta1) * g
-            m2 = beta2 * a2[f] + (one - beta2) * g * g
-            a1[f] = m1
-            a2[f] = m2
-            v[f] -= lr * m1 / (np.sqrt(m2) + eps)
+            v = V[start + f]
+            g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+            m1 = beta1 * a1[start + f] + (one - beta1) * g
+            m2 = beta2 * a2[start + f] + (one - beta2) * g * g
+            a1[start + f] = m1
+            a2[start + f] = m2
+            V[start + f] = v - lr * m1 / (np.sqrt(m2) + eps)
     else:
         for f in range(width):
-            a1[f] += ca * (s[f] - v[f] * x) + cb * (s[f] - t[f]) + reg * v[f]
+            v = V[start + f]
+            a1[start + f] += ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
 
 
 @njit(cache=True, error_model="numpy")
 def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
 
-    The copies are independent random reads that the CPU overlaps; training
-    then walks the buffer in order and can prefetch the next row's factors
-    without first waiting for its feature ids.
+    Training then walks the buffer in order and can prefetch the next row's
+    factors without first waiting for its feature ids. The copy itself
+    prefetches GATHER_AHEAD rows ahead: a row's ``indptr`` entries and label
+    first, its ids once that ``indptr`` entry has arrived.
     """
     has_values = values.shape[0] > 0
+    n = hi - lo
     nz = 0
     ptr[0] = 0
-    for j in range(hi - lo):
+    for j in range(n):
+        if j + 2 * GATHER_AHEAD < n:
+            r = order[lo + j + 2 * GATHER_AHEAD]
+            _prefetch(indptr, r)
+            _prefetch(labels, r)
+        if j + GATHER_AHEAD < n:
+            r = order[lo + j + GATHER_AHEAD]
+            _prefetch(indices, indptr[r])
+            _prefetch(indices, indptr[r + 1] - 1)
+            if has_values:
+                _prefetch(values, indptr[r])
+                _prefetch(values, indptr[r + 1] - 1)
         r = order[lo + j]
         a, b = indptr[r], indptr[r + 1]
         for k in range(a, b):
@@ -349,28 +380,25 @@ def _make_trainers(method):
                         if p > 0:
                             tail += d[p - 1]
             # bias and linear weights
-            _step(w0, acc0[0:1], acc0[1:2], 0, g + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+            _step(w0, 0, acc0, 0, acc0, 1, g + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
                   method, beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for k in range(a, b):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
-                top = lev[i]
-                _step(w, accw1, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method, beta1, beta2, eps)
+                top = _top_level(lev, i, m)
+                _step(w, i, accw1, i, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method,
+                      beta1, beta2, eps)
                 for l in range(top + 1):
-                    width = widths[l]
-                    base = offsets[l] + i * width
-                    v = V[base:base + width]
-                    a1 = accV1[base:base + width] if accV1.shape[0] else accV1
-                    a2 = accV2[base:base + width] if accV2.shape[0] else accV2
-                    s = S[soff[l]:soff[l] + width]
-                    t = T[soff[l]:soff[l] + width]
+                    start = _row_start(offsets, widths, l, i)
+                    width = np.uint64(widths[l])
+                    so = np.uint64(soff[l])
                     if nested and l < top:
-                        _step_factors(v, a1, a2, s, t, a_dep[l] * x, b_dep[l] * x, x, reg_v[l], lr_dep,
-                                      method, beta1, beta2, eps)
+                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x,
+                                      b_dep[l] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
                     else:
-                        _step_factors(v, a1, a2, s, t, a_free[l] * x, 0.0, x, reg_v[l], lr_step,
-                                      method, beta1, beta2, eps)
+                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                                      x, reg_v[l], lr_step, method, beta1, beta2, eps)
         return loss
 
     @njit(cache=True, error_model="numpy")

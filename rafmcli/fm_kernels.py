@@ -47,6 +47,8 @@ FAST = {"reassoc", "contract", "nsz", "arcp"}
 N_HYPER = 12
 
 CHUNK_ROWS = 256  # rows gathered into a contiguous buffer at a time while training
+PREFETCH_AHEAD = 2  # rows between prefetching a row's factors and training on it
+LINE_FLOATS = np.uint64(16)  # float32 values in a 64-byte cache line
 GATHER_AHEAD = 8  # rows the gather prefetches ahead (twice that for indptr and labels)
 
 
@@ -87,8 +89,8 @@ def _row_start(offsets, widths, l, i):
 def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w):
     """Prefetch the factor rows (and AdaGrad/Adam state) a row will touch.
 
-    Called one row ahead: random rows of a large model otherwise stall on
-    memory for most of their time. One hint per 64-byte line.
+    Called PREFETCH_AHEAD rows ahead: random rows of a large model otherwise
+    stall on memory for most of their time. One hint per 64-byte line.
     """
     m = widths.shape[0]
     for k in range(a, b):
@@ -96,10 +98,13 @@ def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w):
         _prefetch(w, i)
         for l in range(_top_level(lev, i, m) + 1):
             start = _row_start(offsets, widths, l, i)
-            for f in range(0, widths[l], 16):
-                _prefetch(V, start + np.uint64(f))
+            stop = start + np.uint64(widths[l])
+            line = start - start % LINE_FLOATS  # V starts on a line (model.aligned_zeros)
+            while line < stop:
+                _prefetch(V, line)
                 if accV1.shape[0]:
-                    _prefetch(accV1, start + np.uint64(f))
+                    _prefetch(accV1, line)
+                line += LINE_FLOATS
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -333,8 +338,9 @@ def _make_trainers(method):
             if j == 0:
                 stop = min(pos + CHUNK_ROWS, hi)
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
-            if pos + 1 < stop:
-                prefetch_row(ptr[j + 1], ptr[j + 2], idx, lev, widths, offsets, V, accV1, w)
+            if pos + PREFETCH_AHEAD < stop:
+                ahead = j + PREFETCH_AHEAD
+                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w)
             a, b = ptr[j], ptr[j + 1]
             lin = w0[0] + _linear(a, b, idx, val, w)
             pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)

@@ -23,6 +23,19 @@ from rafmcli.errors import InputError
 
 FORMAT_NAME = "rafm-model"
 FORMAT_VERSION = 1
+CACHE_LINE = 64  # bytes
+
+
+def aligned_zeros(n, dtype):
+    """``n`` zeros of ``dtype`` starting on a cache line.
+
+    Factor rows of D float32 (D a multiple of 16) then cover D/16 lines, not
+    D/16 + 1: a fifth fewer memory transfers per FM(64) row in training.
+    """
+    size = n * np.dtype(dtype).itemsize
+    buf = np.zeros(size + CACHE_LINE, dtype=np.uint8)
+    start = -buf.ctypes.data % CACHE_LINE
+    return buf[start:start + size].view(dtype)
 
 
 @dataclass
@@ -83,7 +96,8 @@ def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_ra
                   np.zeros(ids.shape[0], dtype=np.float32), np.empty(0, dtype=np.float32),
                   float(target_range[0]), float(target_range[1]))
     n_factors = int((model.sizes * model.widths).sum())
-    model.V = rng.normal(0.0, init_stdev, n_factors).astype(np.float32)
+    model.V = aligned_zeros(n_factors, np.float32)
+    model.V[:] = rng.normal(0.0, init_stdev, n_factors)
     return model
 
 
@@ -132,6 +146,27 @@ def save(model, path):
         raise
 
 
+def _read_aligned(fh):
+    """A flat ``.npy`` array read straight into cache-line-aligned memory (no second copy)."""
+    version = np.lib.format.read_magic(fh)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"unsupported .npy version {version}")
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read_header(fh)
+    if len(shape) != 1 or dtype.hasobject:
+        raise ValueError(f"V has shape {shape} and dtype {dtype}")
+    out = aligned_zeros(shape[0], dtype)
+    buf = memoryview(out).cast("B")
+    done = 0
+    while done < len(buf):
+        got = fh.readinto(buf[done:])
+        if not got:
+            raise EOFError("V.npy is truncated")
+        done += got
+    return out
+
+
 def load(path):
     """Read a model file; refuse unknown format versions and damaged files."""
     try:
@@ -144,9 +179,11 @@ def load(path):
                 raise InputError(f"{path}: model format version {version} is not supported by "
                                  f"rafm {__version__} (it reads version {FORMAT_VERSION})")
             arrays = {}
-            for name in ("feature_ids", "levels", "w", "V"):
+            for name in ("feature_ids", "levels", "w"):
                 with zf.open(name + ".npy") as fh:
                     arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
+            with zf.open("V.npy") as fh:
+                arrays["V"] = _read_aligned(fh)
     except InputError:
         raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:

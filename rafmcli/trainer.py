@@ -15,7 +15,7 @@ from rafmcli import fm_kernels as K
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.levels import assign_levels
-from rafmcli.model import build
+from rafmcli.model import aligned_zeros, build
 from rafmcli.predict import kernel_rows, predict_rows
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
@@ -78,11 +78,15 @@ def initial_bias(task, labels):
 
 
 def _optimizer_state(method, model):
-    """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused)."""
-    def like(a, used):
-        return np.zeros(a.shape if used else 0, dtype=a.dtype)
-    two = method == "adam"
-    return (like(model.V, True), like(model.V, two), like(model.w, True), like(model.w, two),
+    """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused).
+
+    accV1 and accV2 share V's layout and its cache-line alignment.
+    """
+    one, two = method != "sgd", method == "adam"
+    return (aligned_zeros(model.V.shape[0] if one else 0, model.V.dtype),
+            aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
+            np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
+            np.zeros(model.w.shape[0] if two else 0, dtype=model.w.dtype),
             np.zeros(2))
 
 

@@ -118,6 +118,8 @@ def test_save_load_predict_round_trip(sample, tmp_path, kind):
     for name in ("feature_ids", "levels", "w", "V"):
         np.testing.assert_array_equal(getattr(model, name), getattr(loaded, name))
     assert loaded.w0 == model.w0 and loaded.ranks == model.ranks and loaded.kind == kind
+    assert model.V.ctypes.data % model_file.CACHE_LINE == 0
+    assert loaded.V.ctypes.data % model_file.CACHE_LINE == 0
     assert [f for f in os.listdir(tmp_path)] == ["m.rafm"]
 
 
@@ -149,6 +151,7 @@ def test_unknown_version_and_damage_refused(sample, tmp_path):
         return json.dumps(header)
 
     _rewrite(good, tmp_path / "newer.rafm", newer)
+    _rewrite(good, tmp_path / "short.rafm", lambda name, data: data[:-40] if name == "V.npy" else data)
     truncated = tmp_path / "truncated.rafm"
     truncated.write_bytes(good.read_bytes()[:-200])
     flipped = bytearray(good.read_bytes())
@@ -156,7 +159,7 @@ def test_unknown_version_and_damage_refused(sample, tmp_path):
     (tmp_path / "flipped.rafm").write_bytes(bytes(flipped))
     (tmp_path / "text.rafm").write_text("1 2:3\n")
     test_file = sample("classification.test")
-    for name, words in [("newer", "format version 99"), ("truncated", "damaged"),
+    for name, words in [("newer", "format version 99"), ("truncated", "damaged"), ("short", "truncated"),
                         ("flipped", "damaged"), ("text", "damaged")]:
         result = run(["predict", "--model", str(tmp_path / f"{name}.rafm"), test_file])
         assert result.exit_code == 2, (name, result.output)

@@ -1,14 +1,18 @@
 """Training throughput on a generated click-style set, and model sizes.
 
-    python bench/bench_train.py [--rows 1000000] [--epochs 3]
+    python bench/bench_train.py [--rows 1000000] [--epochs 4] [--repeats 3]
 
 Writes bench/data/clicks-<rows>.libfm once (classification, 10-20 non-zeros
 a row, ids Zipf-distributed over 1,000,000 ids in random order, so most
 features are rare), then trains each configuration for a few epochs without
-validation and reports the median epoch after the first (which includes
-compilation when the cache is cold) as rows per second.
+validation. A run's figure is its median epoch after the first (which
+includes compilation when the cache is cold). Each configuration runs in
+``--repeats`` fresh processes, because on a shared virtual machine speed
+varies more between processes (where memory lands) than between epochs; the
+table gives the median run and the slowest and fastest.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -41,32 +45,57 @@ def data_file(rows):
     return path
 
 
-@click.command()
-@click.option("--rows", default=1_000_000, show_default=True)
-@click.option("--epochs", default=3, show_default=True)
-def main(rows, epochs):
+def run_config(path, index, epochs):
+    """Train configuration ``index`` in this process: (median epoch seconds, parameters)."""
     import numba
 
-    from rafmcli.levels import assign_levels, summarize
     from rafmcli.reader import read_dataset
     from rafmcli.trainer import Options, train
 
-    data = read_dataset(data_file(rows))
+    _, kind, ranks, method, threads = CONFIGS[index]
+    data = read_dataset(path)
+    numba.set_num_threads(threads)
+    opts = Options(task="c", model=kind, ranks=ranks, method=method, iters=epochs, threads=threads,
+                   learn_rate=0.01 if method == "sgd" else 0.05, early_stop=0)
+    model, history = train(data, opts, progress=False, quiet=True)
+    return float(np.median([h["seconds"] for h in history[1:]])), model.n_params
+
+
+@click.command()
+@click.option("--rows", default=1_000_000, show_default=True)
+@click.option("--epochs", default=4, show_default=True)
+@click.option("--repeats", default=3, show_default=True, help="fresh processes per configuration")
+@click.option("--config", "index", type=int, hidden=True)
+def main(rows, epochs, repeats, index):
+    path = data_file(rows)
+    if index is not None:
+        print(json.dumps(run_config(path, index, epochs)))
+        return
+
+    from rafmcli.levels import assign_levels, summarize
+    from rafmcli.reader import read_dataset
+
+    data = read_dataset(path)
     summary = summarize(assign_levels(data.counts, (32, 512)), data.counts, data.n_rows, (32, 512))
     print(f"{data.n_rows:,} rows, {data.nnz / data.n_rows:.1f} non-zeros a row, "
           f"{data.feature_ids.size:,} features; levels {{32,512}}: |F_2| = {summary.size[1]:,}, "
           f"n(F_1) = {summary.occupancy[0]:.1f}, n(F_2) = {summary.occupancy[1]:.1f}")
-    print(f"{'model':<26}{'threads':>8}{'rows/s':>12}{'epoch s':>9}{'params':>14}{'MB':>9}")
-    for name, kind, ranks, method, threads in CONFIGS:
-        numba.set_num_threads(threads)
-        opts = Options(task="c", model=kind, ranks=ranks, method=method, iters=epochs, threads=threads,
-                       learn_rate=0.01 if method == "sgd" else 0.05, early_stop=0)
-        model, history = train(data, opts, progress=False, quiet=True)
-        epoch = float(np.median([h["seconds"] for h in history[1:]]))
-        print(f"{name:<26}{threads:>8}{data.n_rows / epoch:>12,.0f}{epoch:>9.2f}"
-              f"{model.n_params:>14,}{4 * model.n_params / 1e6:>9.1f}")
+    print(f"{epochs} epochs a run, {repeats} runs; rows/s of the median run (slowest - fastest)")
+    print(f"{'model':<26}{'threads':>8}{'rows/s':>12}{'range':>24}{'epoch s':>9}{'params':>14}"
+          f"{'MB':>9}")
+    for i, (name, _, _, _, threads) in enumerate(CONFIGS):
+        runs = []
+        for _ in range(repeats):
+            out = subprocess.run([sys.executable, __file__, "--rows", str(rows), "--epochs",
+                                  str(epochs), "--config", str(i)],
+                                 check=True, capture_output=True, text=True).stdout
+            runs.append(json.loads(out.splitlines()[-1]))
+        seconds = sorted(r[0] for r in runs)
+        epoch, n_params = float(np.median(seconds)), runs[0][1]
+        spread = f"{rows / seconds[-1]:,.0f} - {rows / seconds[0]:,.0f}"
+        print(f"{name:<26}{threads:>8}{rows / epoch:>12,.0f}{spread:>24}{epoch:>9.2f}"
+              f"{n_params:>14,}{4 * n_params / 1e6:>9.1f}")
         sys.stdout.flush()
-        del model
 
 
 if __name__ == "__main__":

@@ -262,8 +262,8 @@ def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method,
 def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
 
-    Training then walks the buffer in order and can prefetch the next row's
-    factors without first waiting for its feature ids. The copy itself
+    Training then walks the buffer in order and can prefetch the factors of
+    the row PREFETCH_AHEAD on without first waiting for its feature ids. The copy itself
     prefetches GATHER_AHEAD rows ahead: a row's ``indptr`` entries and label
     first, its ids once that ``indptr`` entry has arrived.
     """

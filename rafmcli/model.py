@@ -38,6 +38,13 @@ def aligned_zeros(n, dtype):
     return buf[start:start + size].view(dtype)
 
 
+def aligned_copy(a):
+    """A copy of the flat array ``a`` starting on a cache line."""
+    out = aligned_zeros(a.shape[0], a.dtype)
+    out[:] = a
+    return out
+
+
 @dataclass
 class Model:
     kind: str                 # "fm", "rafm" or "difacto"
@@ -154,8 +161,8 @@ def _read_aligned(fh):
     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                    else np.lib.format.read_array_header_2_0)
     shape, _, dtype = read_header(fh)
-    if len(shape) != 1 or dtype.hasobject:
-        raise ValueError(f"V has shape {shape} and dtype {dtype}")
+    if len(shape) != 1 or dtype != np.float32:
+        raise ValueError(f"V has shape {shape} and dtype {dtype}, not flat float32")
     out = aligned_zeros(shape[0], dtype)
     buf = memoryview(out).cast("B")
     done = 0

@@ -15,7 +15,7 @@ from rafmcli import fm_kernels as K
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.levels import assign_levels
-from rafmcli.model import aligned_zeros, build
+from rafmcli.model import aligned_copy, aligned_zeros, build
 from rafmcli.predict import kernel_rows, predict_rows
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
@@ -194,7 +194,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             if vrows is None:
                 continue
             if row[watch] < best[0]:
-                best = (row[watch], epoch, (model.w0, model.w.copy(), model.V.copy()))
+                best = (row[watch], epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
             elif opts.early_stop and epoch - best[1] >= opts.early_stop:
                 break
     finally:

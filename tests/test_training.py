@@ -89,6 +89,7 @@ def test_early_stopping_keeps_best_epoch(sample):
     again = evaluate("r", va.labels, predict_dataset(model, va)[0])["rmse"]
     assert again == pytest.approx(history[best]["rmse"], rel=1e-9)
     assert model.info["training"]["best_epoch"] == best + 1
+    assert model.V.ctypes.data % model_file.CACHE_LINE == 0  # the restored copy too
 
 
 def test_auc_by_hand():

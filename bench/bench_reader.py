@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r"""
 import json, sys, time
 import numpy as np
-from rafmcli import reader, parse_kernel
+from rafmcli.io import parse_kernel, reader
 
 def rss(field):
     for line in open("/proc/self/status"):

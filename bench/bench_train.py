@@ -49,8 +49,9 @@ def run_config(path, index, epochs):
     """Train configuration ``index`` in this process: (median epoch seconds, parameters)."""
     import numba
 
-    from rafmcli.reader import read_dataset
-    from rafmcli.trainer import Options, train
+    from rafmcli.io.reader import read_dataset
+    from rafmcli.options import Options
+    from rafmcli.solvers.sgd import train
 
     _, kind, ranks, method, threads = CONFIGS[index]
     data = read_dataset(path)
@@ -72,8 +73,8 @@ def main(rows, epochs, repeats, index):
         print(json.dumps(run_config(path, index, epochs)))
         return
 
+    from rafmcli.io.reader import read_dataset
     from rafmcli.levels import assign_levels, summarize
-    from rafmcli.reader import read_dataset
 
     data = read_dataset(path)
     summary = summarize(assign_levels(data.counts, (32, 512)), data.counts, data.n_rows, (32, 512))

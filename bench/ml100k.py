@@ -83,10 +83,11 @@ SEEDS = (1, 2, 3)
 
 def run(files, name, point, holdout=0.1, seed=1):
     """Train config ``name`` at grid ``point`` on u1.base less a 10% hold-out; score u1.test."""
+    from rafmcli.io.reader import read_dataset
     from rafmcli.metrics import evaluate
+    from rafmcli.options import Options
     from rafmcli.predict import predict_dataset
-    from rafmcli.reader import read_dataset
-    from rafmcli.trainer import Options, holdout_split, train
+    from rafmcli.solvers.sgd import holdout_split, train
 
     kind, ranks, extra = CONFIGS[name]
     full = read_dataset(files["train"])

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rafmcli.model import internal_indices
+from rafmcli.model.layout import internal_indices
 
 
 def kernel_rows(model, data):
@@ -32,7 +32,7 @@ def finish(model, scores):
 
 def predict_rows(model, rows):
     """Predictions for rows already in ``kernel_rows`` form."""
-    from rafmcli.fm_kernels import predict_scores
+    from rafmcli.kernels.forward import predict_scores
 
     indptr, indices, values = rows[:3]
     lev, widths, offsets, V, w, w0 = model.kernel_model()

@@ -1,9 +1,29 @@
+import hashlib
 import os
+import tempfile
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "data_samples")
+
+
+def _kernel_source_hash():
+    """numba keys a cached kernel by its own file's timestamp only, so a change in
+    kernels/forward.py would leave stale compiled callers in kernels/sgd.py. Tests
+    compile into a cache directory named after every source file of the package."""
+    digest = hashlib.sha256()
+    package = os.path.join(ROOT, "rafmcli")
+    for folder, _, names in sorted(os.walk(package)):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as fh:
+                digest.update(name.encode() + fh.read())
+    return digest.hexdigest()[:16]
+
+
+if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subprocesses inherit it
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "rafm-test-numba",
+                                                 _kernel_source_hash())
 
 
 @pytest.fixture(autouse=True)

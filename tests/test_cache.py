@@ -3,8 +3,8 @@ import os
 import numpy as np
 import pytest
 
-from rafmcli import cache, reader
-from rafmcli.reader import read_dataset
+from rafmcli.io import cache, reader
+from rafmcli.io.reader import read_dataset
 
 
 @pytest.fixture

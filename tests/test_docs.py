@@ -9,9 +9,9 @@ import subprocess
 
 import click
 import pytest
+from conftest import ROOT
 
 from rafmcli.cli import main
-from conftest import ROOT
 
 MAN = os.path.join(ROOT, "man")
 PAGES = {"rafm.1": None, "rafm-train.1": "train", "rafm-predict.1": "predict",

@@ -4,10 +4,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from rafmcli import fm_kernels as K
-from rafmcli.model import build
 from naive import pair_loop
+
+from rafmcli.kernels import forward as F
+from rafmcli.kernels import sgd as K
+from rafmcli.model.layout import build
 
 
 def random_model(kind, ranks, n_features, rng, stdev=0.3):
@@ -41,7 +42,7 @@ def test_fm_hand_example():
     model.w[:] = [1, 2, 3]
     model.V[:] = [1, 0, 0, 1, 1, 1]
     lev, widths, offsets, V, w, w0 = model.kernel_model()
-    out = K.predict_scores(np.array([0, 3]), np.array([0, 1, 2], np.int32),
+    out = F.predict_scores(np.array([0, 3]), np.array([0, 1, 2], np.int32),
                            np.array([1, 2, 0.5], np.float32), lev, widths, offsets, V, w, 0.5, True)
     assert out[0] == pytest.approx(8.5)
 
@@ -54,7 +55,7 @@ def test_predictions_equal_pair_loop(kind, ranks):
     indptr, indices, values = random_rows(rng, 40, 60)
     lev, widths, offsets, V, w, w0 = model.kernel_model()
     for vals in (values, np.empty(0, np.float32)):
-        got = K.predict_scores(indptr, indices, vals, lev, widths, offsets, V, w, w0[0], model.nested)
+        got = F.predict_scores(indptr, indices, vals, lev, widths, offsets, V, w, w0[0], model.nested)
         for r in range(60):
             ids = indices[indptr[r]:indptr[r + 1]]
             x = vals[indptr[r]:indptr[r + 1]] if vals.shape[0] else np.ones(ids.shape[0])
@@ -75,7 +76,7 @@ def test_truncated_models_equal_capped_pair_loop(kind, ranks):
     Q, R, B = np.empty(m), np.empty(m), np.empty(m)
     for r in range(25):
         a, b = indptr[r], indptr[r + 1]
-        K.row_forward(a, b, indices, values, lev, widths, offsets, V, model.nested, soff, S, T, Q, R, B)
+        F.row_forward(a, b, indices, values, lev, widths, offsets, V, model.nested, soff, S, T, Q, R, B)
         for p in range(1, m + 1):
             want = pair_loop(kind, indices[a:b], values[a:b], model.levels, ranks, model.V, cap=p)
             assert B[p - 1] == pytest.approx(want, rel=1e-5, abs=1e-5)
@@ -88,7 +89,7 @@ def test_one_rank_rafm_and_difacto_are_fm():
     for kind in ("fm", "rafm", "difacto"):
         model = random_model(kind, (5,), 25, np.random.default_rng(11))
         lev, widths, offsets, V, w, w0 = model.kernel_model()
-        outs.append(K.predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0],
+        outs.append(F.predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0],
                                      model.nested))
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], outs[2])

@@ -7,11 +7,11 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from rafmcli import reader
-from rafmcli.cli import main
-from rafmcli.reader import parse_file, read_dataset
 from naive import csr_rows, read_plain
+
+from rafmcli.cli import main
+from rafmcli.io import reader
+from rafmcli.io.reader import parse_file, read_dataset
 
 SPACES = [" ", "  ", "\t", " \t "]
 

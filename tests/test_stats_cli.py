@@ -5,8 +5,8 @@ from click.testing import CliRunner
 
 from rafmcli import __version__
 from rafmcli.cli import main
+from rafmcli.io.reader import read_dataset
 from rafmcli.levels import assign_levels
-from rafmcli.reader import read_dataset
 
 
 def test_json_agrees_with_reader(sample):

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from rafmcli import model as model_file
 from rafmcli.cli import main
+from rafmcli.io.reader import read_dataset
 from rafmcli.metrics import auc, evaluate
+from rafmcli.model import files as model_file
+from rafmcli.model.layout import CACHE_LINE
+from rafmcli.options import Options
 from rafmcli.predict import predict_dataset
-from rafmcli.reader import read_dataset
-from rafmcli.trainer import Options, train
+from rafmcli.solvers.sgd import train
 
 
 def run(args):
@@ -89,7 +91,7 @@ def test_early_stopping_keeps_best_epoch(sample):
     again = evaluate("r", va.labels, predict_dataset(model, va)[0])["rmse"]
     assert again == pytest.approx(history[best]["rmse"], rel=1e-9)
     assert model.info["training"]["best_epoch"] == best + 1
-    assert model.V.ctypes.data % model_file.CACHE_LINE == 0  # the restored copy too
+    assert model.V.ctypes.data % CACHE_LINE == 0  # the restored copy too
 
 
 def test_auc_by_hand():
@@ -119,8 +121,8 @@ def test_save_load_predict_round_trip(sample, tmp_path, kind):
     for name in ("feature_ids", "levels", "w", "V"):
         np.testing.assert_array_equal(getattr(model, name), getattr(loaded, name))
     assert loaded.w0 == model.w0 and loaded.ranks == model.ranks and loaded.kind == kind
-    assert model.V.ctypes.data % model_file.CACHE_LINE == 0
-    assert loaded.V.ctypes.data % model_file.CACHE_LINE == 0
+    assert model.V.ctypes.data % CACHE_LINE == 0
+    assert loaded.V.ctypes.data % CACHE_LINE == 0
     assert [f for f in os.listdir(tmp_path)] == ["m.rafm"]
 
 

@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 
-from rafmcli.reader import Dataset
+from rafmcli.io.reader import Dataset
 
 FORMAT = 1
 _ARRAYS = ("labels", "indptr", "indices", "values", "feature_ids", "counts")

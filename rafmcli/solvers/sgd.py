@@ -7,54 +7,20 @@ stop.
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
-from rafmcli import fm_kernels as K
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
+from rafmcli.kernels import sgd as K
 from rafmcli.levels import assign_levels
-from rafmcli.model import aligned_copy, aligned_zeros, build
+from rafmcli.model.layout import aligned_copy, aligned_zeros, build
+from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows, predict_rows
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
 VARIANTS = {"paper": K.PAPER, "joint": K.JOINT}
-
-
-@dataclass
-class Options:
-    task: str = "r"
-    model: str = "rafm"
-    ranks: tuple = (32, 512)
-    method: str = "adagrad"
-    iters: int = 100
-    learn_rate: float = 0.05
-    dependent_rate: float | None = None
-    variant: str = "paper"
-    dependent_weight: float = 1.0
-    reg_bias: float = 0.0
-    reg_linear: float = 0.0
-    reg_factors: tuple = (0.01,)
-    init_stdev: float = 0.01
-    bias: bool = True
-    linear: bool = True
-    seed: int = 1
-    threads: int = 1
-    early_stop: int = 5
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-
-
-def per_level(values, m):
-    """A per-level tuple from one value (all levels) or m values."""
-    values = tuple(values)
-    if len(values) == 1:
-        return values * m
-    if len(values) != m:
-        raise ValueError(f"expected 1 or {m} pairwise regularisation values, got {len(values)}")
-    return values
 
 
 def holdout_split(data, fraction, seed):

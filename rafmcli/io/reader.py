@@ -90,7 +90,7 @@ def feature_counts(indices, max_index):
     if max_index < 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     if max_index < max(1 << 22, 2 * indices.shape[0]):
-        from rafmcli.parse_kernel import occurrences
+        from rafmcli.io.parse_kernel import occurrences
 
         counts = occurrences(indices, max_index + 1)
         ids = np.flatnonzero(counts)
@@ -147,7 +147,7 @@ def _blocks(path, name, progress, desc):
 
     A UTF-8 byte-order mark is blanked; a line longer than the buffer grows it.
     """
-    from rafmcli.parse_kernel import last_newline
+    from rafmcli.io.parse_kernel import last_newline
 
     try:
         stream, raw = _open_raw(path)
@@ -203,7 +203,7 @@ def parse_file(path, progress=False, name=None):
 
     ``name`` is how errors and the Dataset call the file (default: ``path``).
     """
-    from rafmcli.parse_kernel import count_block, parse_block
+    from rafmcli.io.parse_kernel import count_block, parse_block
 
     name = path if name is None else name
     lines = tokens = 0
@@ -250,7 +250,7 @@ def read_dataset(path, use_cache=True, cache_dir=None, progress=False):
             os.unlink(spooled)
     if not use_cache:
         return parse_file(path, progress)
-    from rafmcli import cache
+    from rafmcli.io import cache
 
     data = cache.load(path, cache_dir)
     if data is None:

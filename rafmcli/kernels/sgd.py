@@ -1,30 +1,28 @@
-"""numba kernels for FM, RaFM and DiFacto: prediction and one training epoch.
+"""One training epoch of FM, RaFM or DiFacto with SGD, AdaGrad or Adam (numba).
 
-Parameter layout (see :mod:`rafmcli.model`): features are renumbered so that
-each F_l = {i : k_i >= l} is the prefix ``0 .. sizes[l]-1``; ``lev[i]`` is
-k_i - 1 (0-based). Factors live in one flat float32 array ``V``: level l is a
-``sizes[l] x widths[l]`` row-major block starting at ``offsets[l]``.
-
-* RaFM (``nested``): widths[l] = D_l; v_i^(l) is the level-l row of i.
-* DiFacto: widths[l] = D_l - D_{l-1}; block l holds coordinates
-  [D_{l-1}, D_l) of the single vector of each i in F_l.
-* FM is either with one level.
-
-Per row (paper Theorem 3), with S_l = Sum_{F_l} v_i^(l) x_i, Q_l its squared
-norms, T_l, R_l the same over F_{l+1}:
-A_{l,l} = (|S_l|^2 - Q_l)/2, A_{l,l+1} = (|T_l|^2 - R_l)/2 and the truncated
-models B_{1,p} = Sum_{l<=p} A_{l,l} - Sum_{l<p} A_{l,l+1}; the pairwise part
-of RaFM is B_{1,m}. DiFacto's pairwise part is Sum_l A_{l,l} over its blocks.
-Cost per row: Sum_l widths[l] n(F_l) (Corollary 4), never the pair loop.
+Each row: the Theorem 3 forward pass (:mod:`rafmcli.kernels.forward`), then
+bias, linear and factor steps. Free variables (a feature's top embedding
+v_i^(k_i), w, w0) step on the main loss; RaFM's dependent embeddings
+v_i^(l), l < k_i, step by paper Algorithm 1 or the joint variant. Factor
+gradients have the form ca x (S_l - v x) + cb x (S_l - T_l) + reg v
+(rafm-notes, "Gradients of B_{1,p}").
 
 Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 """
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
+
+from rafmcli.kernels.forward import (
+    FAST,
+    linear_part,
+    prefetch,
+    prefetch_row,
+    row_forward,
+    row_start,
+    sigmoid,
+    top_level,
+)
 
 TASK_REGRESSION = 0
 TASK_CLASSIFICATION = 1
@@ -37,10 +35,6 @@ GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
 PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1})
 JOINT = 1  # authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1})
 
-# Reassociation lets reductions vectorise while NaN and inf keep their meaning;
-# error_model="numpy" (no ZeroDivisionError check) lets divisions vectorise.
-FAST = {"reassoc", "contract", "nsz", "arcp"}
-
 # hyper-parameter vector slots
 (H_LR, H_LR_DEP, H_REG0, H_REG1, H_DEP_WEIGHT, H_BETA1, H_BETA2, H_EPS, H_YMIN, H_YMAX,
  H_BIAS_ON, H_LINEAR_ON) = range(12)
@@ -48,156 +42,7 @@ N_HYPER = 12
 
 CHUNK_ROWS = 256  # rows gathered into a contiguous buffer at a time while training
 PREFETCH_AHEAD = 2  # rows between prefetching a row's factors and training on it
-LINE_FLOATS = np.uint64(16)  # float32 values in a 64-byte cache line
 GATHER_AHEAD = 8  # rows the gather prefetches ahead (twice that for indptr and labels)
-
-
-@intrinsic
-def _prefetch(typingctx, arr, index):
-    """Ask the CPU to start loading arr[index] into cache (llvm.prefetch: read, keep)."""
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return types.void(arr, index), codegen
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _top_level(lev, i, m):
-    """k_i - 1; FM (m = 1) never reads ``lev``, a random access into a large array."""
-    return lev[i] if m > 1 else 0
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _row_start(offsets, widths, l, i):
-    """Offset of v_i^(l) in V, unsigned.
-
-    Loops below index ``V[start + f]`` with unsigned offsets: numba then adds
-    no negative-index wrap (which stops vectorisation) and, unlike a slice,
-    no reference counting (two atomic operations per slice).
-    """
-    return np.uint64(offsets[l]) + np.uint64(i) * np.uint64(widths[l])
-
-
-@njit(cache=True, error_model="numpy")
-def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w):
-    """Prefetch the factor rows (and AdaGrad/Adam state) a row will touch.
-
-    Called PREFETCH_AHEAD rows ahead: random rows of a large model otherwise
-    stall on memory for most of their time. One hint per 64-byte line.
-    """
-    m = widths.shape[0]
-    for k in range(a, b):
-        i = indices[k]
-        _prefetch(w, i)
-        for l in range(_top_level(lev, i, m) + 1):
-            start = _row_start(offsets, widths, l, i)
-            stop = start + np.uint64(widths[l])
-            line = start - start % LINE_FLOATS  # V starts on a line (model.aligned_zeros)
-            while line < stop:
-                _prefetch(V, line)
-                if accV1.shape[0]:
-                    _prefetch(accV1, line)
-                line += LINE_FLOATS
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _sigmoid(z):
-    if z >= 0:
-        return 1.0 / (1.0 + np.exp(-z))
-    e = np.exp(z)
-    return e / (1.0 + e)
-
-
-@njit(cache=True, error_model="numpy", fastmath=FAST)
-def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
-    """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
-
-    Returns the row's pairwise part B_{1,m} (``B[m-1]``).
-    """
-    m = widths.shape[0]
-    has_values = values.shape[0] > 0
-    S[:] = 0.0
-    T[:] = 0.0
-    Q[:] = 0.0
-    R[:] = 0.0
-    for k in range(a, b):
-        i = indices[k]
-        x = values[k] if has_values else np.float32(1.0)
-        top = _top_level(lev, i, m)
-        for l in range(top + 1):
-            start = _row_start(offsets, widths, l, i)
-            so = np.uint64(soff[l])
-            q = np.float32(0.0)
-            if nested and l < top:
-                for f in range(np.uint64(widths[l])):
-                    vx = V[start + f] * x
-                    S[so + f] += vx
-                    T[so + f] += vx
-                    q += vx * vx
-                R[l] += q
-            else:
-                for f in range(np.uint64(widths[l])):
-                    vx = V[start + f] * x
-                    S[so + f] += vx
-                    q += vx * vx
-            Q[l] += q
-    total = 0.0
-    for l in range(m):
-        s = S[soff[l]:soff[l + 1]]
-        ss = np.float32(0.0)
-        for f in range(s.shape[0]):
-            ss += s[f] * s[f]
-        total += 0.5 * (ss - Q[l])
-        if nested and l > 0:
-            t = T[soff[l - 1]:soff[l]]
-            tt = np.float32(0.0)
-            for f in range(t.shape[0]):
-                tt += t[f] * t[f]
-            total -= 0.5 * (tt - R[l - 1])
-        B[l] = total
-    return total
-
-
-@njit(cache=True, error_model="numpy", fastmath=FAST)
-def _linear(a, b, indices, values, w):
-    has_values = values.shape[0] > 0
-    s = 0.0
-    for k in range(a, b):
-        s += w[indices[k]] * (values[k] if has_values else 1.0)
-    return s
-
-
-@njit(cache=True, error_model="numpy", parallel=True, fastmath=FAST)
-def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested):
-    """Raw scores w0 + Sum w_i x_i + pairwise part for every row (parallel over rows)."""
-    n = indptr.shape[0] - 1
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
-    out = np.empty(n)
-    n_chunks = min(n, 64 * 8)
-    for c in prange(n_chunks):
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        Q = np.empty(m)
-        R = np.empty(m)
-        B = np.empty(m)
-        stop = (c + 1) * n // n_chunks
-        for r in range(c * n // n_chunks, stop):
-            if r + 1 < stop:
-                prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, V[:0], w)
-            a, b = indptr[r], indptr[r + 1]
-            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
-            out[r] = w0 + _linear(a, b, indices, values, w) + pair
-    return out
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -274,15 +119,15 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
     for j in range(n):
         if j + 2 * GATHER_AHEAD < n:
             r = order[lo + j + 2 * GATHER_AHEAD]
-            _prefetch(indptr, r)
-            _prefetch(labels, r)
+            prefetch(indptr, r)
+            prefetch(labels, r)
         if j + GATHER_AHEAD < n:
             r = order[lo + j + GATHER_AHEAD]
-            _prefetch(indices, indptr[r])
-            _prefetch(indices, indptr[r + 1] - 1)
+            prefetch(indices, indptr[r])
+            prefetch(indices, indptr[r + 1] - 1)
             if has_values:
-                _prefetch(values, indptr[r])
-                _prefetch(values, indptr[r + 1] - 1)
+                prefetch(values, indptr[r])
+                prefetch(values, indptr[r + 1] - 1)
         r = order[lo + j]
         a, b = indptr[r], indptr[r + 1]
         for k in range(a, b):
@@ -342,7 +187,7 @@ def _make_trainers(method):
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w)
             a, b = ptr[j], ptr[j + 1]
-            lin = w0[0] + _linear(a, b, idx, val, w)
+            lin = w0[0] + linear_part(a, b, idx, val, w)
             pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
             y_hat = lin + pair
             if task == TASK_REGRESSION:
@@ -370,7 +215,7 @@ def _make_trainers(method):
                     if task == TASK_REGRESSION:
                         d[p] = B[p] - B[p + 1]
                     else:
-                        d[p] = _sigmoid(lin + B[p]) - _sigmoid(lin + B[p + 1])
+                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
                 if variant == PAPER:
                     for p in range(m - 1):
                         a_dep[p] = d[p]
@@ -392,11 +237,11 @@ def _make_trainers(method):
             for k in range(a, b):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
-                top = _top_level(lev, i, m)
+                top = top_level(lev, i, m)
                 _step(w, i, accw1, i, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method,
                       beta1, beta2, eps)
                 for l in range(top + 1):
-                    start = _row_start(offsets, widths, l, i)
+                    start = row_start(offsets, widths, l, i)
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
                     if nested and l < top:

@@ -1,0 +1,28 @@
+"""The `rafm` command: one module per subcommand, registered on the group here.
+
+Heavy modules (numba kernels, the reader) are imported inside command bodies
+so that `rafm --help` starts fast and compiles nothing.
+"""
+
+import click
+
+from rafmcli import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rafm")
+def main():
+    """Rank-aware factorization machines (RaFM), FM and DiFacto.
+
+    Reads libSVM/libFM text files (label idx:value ...), trains a model,
+    writes a model file and predictions. See `rafm COMMAND --help` and
+    `man rafm`.
+    """
+
+
+from rafmcli.cli.predict import predict  # noqa: E402  (commands register on main)
+from rafmcli.cli.stats import stats  # noqa: E402
+from rafmcli.cli.train import train  # noqa: E402
+
+for _command in (train, predict, stats):
+    main.add_command(_command)

@@ -1,0 +1,128 @@
+"""`rafm train`: options in, a trained model, predictions and a log out."""
+
+import click
+
+from rafmcli.cli.options import FLOATS, INPUT, OUTPUT, RANKS, no_cache_option, read, warn_unseen
+from rafmcli.options import DEFAULT_RANKS
+from rafmcli.options import DEFAULTS as D
+
+
+def _shown(values):
+    return ",".join(f"{v:g}" for v in values)
+
+
+@click.command()
+@click.option("--task", type=click.Choice(["r", "c"]), required=True,
+              help="r: regression (square loss); c: binary classification (logistic loss, "
+                   "label > 0 is positive).")
+@click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
+@click.option("--validation", type=INPUT,
+              help="Validation file: metrics after each epoch, early stopping, best epoch kept.")
+@click.option("--holdout", type=click.FloatRange(0, 0.5), default=D.holdout, show_default=True,
+              help="Without --validation, the fraction of training rows held out to validate on; "
+                   "0 trains on all rows for --iter epochs.")
+@click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
+@click.option("--out", type=OUTPUT, help="Prediction file for --test, one value a line; - for stdout.")
+@click.option("--save-model", type=OUTPUT, help="Write the trained model to this file.")
+@click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
+              show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
+@click.option("--dim", type=click.IntRange(1),
+              help=f"Rank of an FM (same as --ranks D).  [default: {DEFAULT_RANKS['fm'][0]} for fm]")
+@click.option("--ranks", type=RANKS,
+              help=f"Ranks D_1<...<D_m of rafm and difacto.  [default: {_shown(DEFAULT_RANKS['rafm'])}]")
+@click.option("--levels", "levels_file", type=click.Path(dir_okay=False),
+              help="File of 'feature level' lines overriding the Eq. 17 level k_i of those features.")
+@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam"]), default=D.method, show_default=True,
+              help="Optimizer; adagrad and adam update lazily, only the rows a sample touches.")
+@click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
+              help="Maximum number of epochs.")
+@click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
+              help="Learning rate rho_f (free variables, bias, linear weights).")
+@click.option("--dependent-rate", type=click.FloatRange(0, min_open=True),
+              help="RaFM: learning rate rho_d of dependent variables (Algorithm 1).  [default: --learn-rate]")
+@click.option("--variant", type=click.Choice(["paper", "joint"]), default=D.variant, show_default=True,
+              help="RaFM training: paper (Algorithm 1) or joint (main loss plus distillation terms, "
+                   "one optimizer, as the authors' code).")
+@click.option("--dependent-weight", type=click.FloatRange(0), default=D.dependent_weight, show_default=True,
+              help="RaFM joint variant: weight c_p of each distillation term.")
+@click.option("--regular", type=FLOATS,
+              default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
+              help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
+                   "(r0,r1,r2_1,...,r2_m). Applied when a feature occurs.")
+@click.option("--init-stdev", type=click.FloatRange(0), default=D.init_stdev, show_default=True,
+              help="Standard deviation of the normal initialisation of the factors.")
+@click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
+@click.option("--linear/--no-linear", default=D.linear, show_default=True, help="Use the linear weights w_i.")
+@click.option("--seed", type=int, default=D.seed, show_default=True,
+              help="Random seed (initialisation, row order, hold-out); --threads 1 is bit-for-bit reproducible.")
+@click.option("--threads", type=click.IntRange(1), default=D.threads, show_default=True,
+              help="Training threads (lock-free Hogwild SGD over rows when > 1).")
+@click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
+              help="Stop after this many epochs without a better validation metric (RMSE or logloss); 0: never.")
+@click.option("--rlog", type=OUTPUT,
+              help="Tab-separated log, one row per epoch: epoch, seconds, train_loss, validation metrics.")
+@click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
+@no_cache_option
+def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
+          levels_file, method, iters, learn_rate, dependent_rate, variant, dependent_weight, regular,
+          init_stdev, bias, linear, seed, threads, early_stop, rlog, quiet, no_cache):
+    """Train FM, RaFM or DiFacto on a libSVM/libFM file.
+
+    Each feature gets its rank level by the log-nearest rule (paper Eq. 17)
+    from its number of occurrences in the training file. Progress goes to
+    stderr; predictions (--test, --out) and the model (--save-model) are
+    written only when training succeeds.
+    """
+    from rafmcli.errors import InputError
+    from rafmcli.levels import read_levels_file
+    from rafmcli.options import Options, per_level
+    from rafmcli.solvers.sgd import holdout_split
+
+    if dim is not None and ranks is not None:
+        raise click.UsageError("give --dim or --ranks, not both")
+    ranks = (dim,) if dim is not None else ranks or DEFAULT_RANKS[model_kind]
+    if model_kind == "fm" and len(ranks) > 1:
+        raise click.UsageError("an FM has one rank: use --dim D (or --model rafm/difacto)")
+    if test and not out:
+        raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
+    if out and not test:
+        raise click.UsageError("--out needs --test FILE")
+    if len(regular) < 3:
+        raise click.BadParameter("expected r0,r1,r2 (or r0,r1,r2_1,...,r2_m)", param_hint="--regular")
+    try:
+        reg_factors = per_level(regular[2:], len(ranks))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--regular") from None
+    if threads > 1:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
+    data = read(train_file, no_cache, quiet)
+    if data.n_rows == 0:
+        raise InputError(f"{train_file}: no rows to train on")
+    valid = read(validation, no_cache, quiet) if validation else None
+    test_data = read(test, no_cache, quiet) if test else None
+    if valid is None and holdout > 0:
+        data, valid = holdout_split(data, holdout, seed)
+        if valid is not None and not quiet:
+            click.echo(f"rafm: validating on {valid.n_rows:,} held-out training rows ({holdout:g}); "
+                       f"--validation FILE or --holdout 0 to change", err=True)
+    opts = Options(task=task, model=model_kind, ranks=tuple(ranks), method=method, iters=iters,
+                   learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
+                   dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],
+                   reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
+                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout)
+    from rafmcli.io.output import write_predictions
+    from rafmcli.model import files as model_files
+    from rafmcli.predict import predict_dataset
+    from rafmcli.solvers.sgd import train as run_training
+
+    model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
+                            rlog=rlog, quiet=quiet, echo=lambda m: click.echo(m, err=True))
+    if save_model:
+        model_files.save(model, save_model)
+    if test_data is not None:
+        predictions, unseen, distinct = predict_dataset(model, test_data)
+        warn_unseen(test, unseen, distinct)
+        write_predictions(out, predictions)

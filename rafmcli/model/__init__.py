@@ -1,0 +1,1 @@
+"""A trained model: its parameter layout (:mod:`.layout`) and its files (:mod:`.files`)."""

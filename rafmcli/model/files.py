@@ -1,0 +1,99 @@
+"""Model files: a zip archive (readable with any unzip tool) of ``model.json``
+(format version, kind, task, ranks, target range, training options, metrics)
+and ``.npy`` arrays: ``feature_ids`` (original id of each internal feature),
+``levels`` (k_i), ``w`` and ``V``. No pickle is involved.
+"""
+
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from rafmcli import __version__
+from rafmcli.errors import InputError
+from rafmcli.model.layout import Model, aligned_zeros
+
+FORMAT_NAME = "rafm-model"
+FORMAT_VERSION = 1
+
+
+def save(model, path):
+    """Write ``model`` to ``path`` through a temporary file renamed into place."""
+    header = {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "rafm_version": __version__,
+        "model": model.kind, "task": model.task, "ranks": list(model.ranks),
+        "n_features": int(model.feature_ids.shape[0]), "level_sizes": model.sizes.tolist(),
+        "w0": model.w0, "target_min": model.target_min, "target_max": model.target_max,
+        **model.info,
+    }
+    arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rafm-model-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr("model.json", json.dumps(header, indent=1))
+            for name, arr in arrays.items():
+                with zf.open(name + ".npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read_aligned(fh):
+    """A flat ``.npy`` array read straight into cache-line-aligned memory (no second copy)."""
+    version = np.lib.format.read_magic(fh)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"unsupported .npy version {version}")
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read_header(fh)
+    if len(shape) != 1 or dtype != np.float32:
+        raise ValueError(f"V has shape {shape} and dtype {dtype}, not flat float32")
+    out = aligned_zeros(shape[0], dtype)
+    buf = memoryview(out).cast("B")
+    done = 0
+    while done < len(buf):
+        got = fh.readinto(buf[done:])
+        if not got:
+            raise EOFError("V.npy is truncated")
+        done += got
+    return out
+
+
+def load(path):
+    """Read a model file; refuse unknown format versions and damaged files."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            header = json.loads(zf.read("model.json"))
+            if header.get("format") != FORMAT_NAME:
+                raise InputError(f"{path}: not a rafm model file")
+            version = header.get("format_version")
+            if version != FORMAT_VERSION:
+                raise InputError(f"{path}: model format version {version} is not supported by "
+                                 f"rafm {__version__} (it reads version {FORMAT_VERSION})")
+            arrays = {}
+            for name in ("feature_ids", "levels", "w"):
+                with zf.open(name + ".npy") as fh:
+                    arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
+            with zf.open("V.npy") as fh:
+                arrays["V"] = _read_aligned(fh)
+    except InputError:
+        raise
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"{path}: damaged or unreadable model file ({exc})") from None
+    info = {k: v for k, v in header.items() if k in ("options", "training")}
+    model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
+                  arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
+                  float(header["target_min"]), float(header["target_max"]), info)
+    n = model.feature_ids.shape[0]
+    if (model.levels.shape[0] != n or model.w.shape[0] != n
+            or model.V.shape[0] != int((model.sizes * model.widths).sum())
+            or np.any(np.diff(model.levels.astype(np.int64)) > 0)
+            or model.sizes.tolist() != header.get("level_sizes")):
+        raise InputError(f"{path}: damaged model file (array sizes disagree with the header)")
+    return model

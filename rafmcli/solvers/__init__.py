@@ -1,0 +1,1 @@
+"""Python drivers that own epochs, validation, logging and stopping; kernels do the rows."""

@@ -20,7 +20,7 @@ import click
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ML100K = os.path.join(HERE, "..", "..", "shared", "datasets", "ml-100k")
+ML100K = os.environ.get("RAFM_ML100K") or os.path.join(HERE, "..", "..", "shared", "datasets", "ml-100k")
 AGE_EDGES = (18, 25, 35, 45, 50, 56)
 
 

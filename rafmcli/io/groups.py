@@ -1,0 +1,102 @@
+"""Feature groups: libFM's ``--meta`` file (line n holds the group id of feature n).
+
+Groups give the Bayesian solver its per-group priors and the SGD, SGDA and
+ALS solvers their per-group regularisation; negative sampling resamples one
+group at a time. A group is a field of the data (user, item, genre, ...):
+features of a one-hot group never share a row.
+
+The file: one non-negative integer per line, line 1 for feature 0 (libFM's
+convention, also for 1-based data: line 1 then names an unused feature 0).
+Blank lines at the end are ignored; CRLF and a UTF-8 byte-order mark are
+accepted. Group ids run from 0 to N-1 in a file of N lines, so no group
+table outgrows the features. Features beyond the file form one extra group.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rafmcli.errors import InputError
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The parsed file: ``of_id[n]`` is the group of feature id n; ``n_named`` = max id + 1."""
+
+    path: str
+    of_id: np.ndarray
+    n_named: int
+
+    def assign(self, feature_ids):
+        """The :class:`GroupAssignment` of ``feature_ids`` (original ids, any order)."""
+        ids = np.asarray(feature_ids, dtype=np.int64)
+        inside = ids < self.of_id.shape[0]
+        group = np.full(ids.shape, self.n_named, dtype=np.int32)
+        group[inside] = self.of_id[ids[inside]]
+        beyond = int((~inside).sum())
+        return GroupAssignment(group, self.n_named + (beyond > 0), beyond)
+
+
+@dataclass(frozen=True)
+class GroupAssignment:
+    """Groups of a model's features.
+
+    ``group[j]`` is the group of feature j (0 .. n_groups-1); ``beyond`` of
+    them were past the end of the file and make up the last group.
+    """
+
+    group: np.ndarray
+    n_groups: int
+    beyond: int = 0
+
+    def sizes(self):
+        """Features per group."""
+        return np.bincount(self.group, minlength=self.n_groups).astype(np.int64)
+
+
+def single_group(n_features):
+    """All features in group 0: what every solver uses without ``--meta``."""
+    return GroupAssignment(np.zeros(n_features, dtype=np.int32), 1, 0)
+
+
+def read_groups(path):
+    """Parse a group file; a bad line raises ``InputError`` as ``FILE:LINE: what (token)``."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = raw.split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    tokens = [line.strip() for line in lines]
+    try:
+        if not all(t.isdigit() and len(t) < 19 for t in tokens):
+            raise ValueError
+        of_id = np.array(tokens, dtype=np.int64) if tokens else np.zeros(0, np.int64)
+        if of_id.shape[0] and of_id.max() >= of_id.shape[0]:
+            raise ValueError
+    except ValueError:
+        raise _first_bad_line(path, tokens) from None
+    n_named = int(of_id.max()) + 1 if of_id.shape[0] else 0
+    return Groups(path, of_id.astype(np.int32), n_named)
+
+
+def _first_bad_line(path, tokens):
+    for n, token in enumerate(tokens, 1):
+        if not token:
+            return InputError(f"{path}:{n}: expected a group id (empty line)")
+        if not token.isdigit():
+            what = "expected one group id" if len(token.split()) > 1 else "not a non-negative integer"
+            return InputError(f"{path}:{n}: {what} ({_shown(token)})")
+        if int(token) >= len(tokens):
+            return InputError(f"{path}:{n}: group ids run from 0 to {len(tokens) - 1} in a file of "
+                              f"{len(tokens)} lines ({_shown(token)})")
+    raise AssertionError("no bad line")
+
+
+def _shown(token):
+    text = token.decode("utf-8", errors="replace")
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,5 +1,7 @@
 """Apply a model to a Dataset: map feature ids, run the prediction kernel, finish per task."""
 
+from typing import NamedTuple
+
 import numpy as np
 
 from rafmcli.model.layout import internal_indices
@@ -30,17 +32,30 @@ def finish(model, scores):
     return np.clip(scores, model.target_min, model.target_max)
 
 
-def predict_rows(model, rows):
-    """Predictions for rows already in ``kernel_rows`` form."""
+class Predictions(NamedTuple):
+    """What applying a model to a Dataset gives."""
+
+    values: np.ndarray    # per row: finished predictions, or margins when asked for raw ones
+    unseen: int           # occurrences of features the model never saw
+    unseen_distinct: int  # distinct ids among them
+
+
+def margin_rows(model, rows):
+    """Raw scores y(x) = w0 + Sum w_i x_i + pairwise part for rows in ``kernel_rows`` form."""
     from rafmcli.kernels.forward import predict_scores
 
     indptr, indices, values = rows[:3]
     lev, widths, offsets, V, w, w0 = model.kernel_model()
-    scores = predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0], model.nested)
-    return finish(model, scores)
+    return predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0], model.nested)
 
 
-def predict_dataset(model, data):
-    """(predictions, unseen occurrences, unseen distinct ids) for a Dataset."""
+def predict_rows(model, rows):
+    """Predictions for rows already in ``kernel_rows`` form."""
+    return finish(model, margin_rows(model, rows))
+
+
+def predict_dataset(model, data, raw=False):
+    """Predictions (margins when ``raw``) and the unseen-feature counts for a Dataset."""
     rows = kernel_rows(model, data)
-    return predict_rows(model, rows), rows[3], rows[4]
+    values = margin_rows(model, rows) if raw else predict_rows(model, rows)
+    return Predictions(values, rows[3], rows[4])

@@ -20,9 +20,10 @@ def main():
     """
 
 
-from rafmcli.cli.predict import predict  # noqa: E402  (commands register on main)
+from rafmcli.cli.dump import dump  # noqa: E402  (commands register on main)
+from rafmcli.cli.predict import predict  # noqa: E402
 from rafmcli.cli.stats import stats  # noqa: E402
 from rafmcli.cli.train import train  # noqa: E402
 
-for _command in (train, predict, stats):
+for _command in (train, predict, stats, dump):
     main.add_command(_command)

@@ -1,5 +1,6 @@
 """Prediction files: one value a line, written whole or not at all."""
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -27,6 +28,33 @@ def write_predictions(path, predictions):
     try:
         with os.fdopen(fd, "w", encoding="ascii") as fh:
             np.savetxt(fh, predictions, fmt=PREDICTION_FORMAT)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def text_output(path, encoding="utf-8"):
+    """A text handle for ``path`` whose content appears whole or not at all; ``-`` is stdout.
+
+    The file is written beside ``path`` and renamed into place when the block
+    ends without an exception. On stdout, a reader that goes away early ends
+    the output quietly, as in :func:`write_predictions`.
+    """
+    if path == "-":
+        try:
+            yield sys.stdout
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rafm-out-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding=encoding) as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

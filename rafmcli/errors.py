@@ -1,7 +1,8 @@
 """Errors that end a command with a one-line message and a fixed exit status.
 
-Exit statuses: 1 internal error, 2 bad input (usage or data), 3 training
-diverged.
+Exit statuses: 1 internal error, 2 bad input (usage, data, an output that
+cannot be written), 3 training diverged, 128+N killed by signal N (SIGINT,
+SIGTERM, SIGHUP; see :mod:`rafmcli.cli`).
 """
 
 import click
@@ -13,7 +14,26 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
+class OutputError(click.ClickException):
+    """An output cannot be written: ``FILE: cannot write: why``, exit 2; no output is committed."""
+
+    exit_code = 2
+
+
 class DivergedError(click.ClickException):
     """Training produced a NaN or infinite loss: exit 3, nothing written."""
 
     exit_code = 3
+
+
+class Terminated(BaseException):
+    """SIGINT, SIGTERM or SIGHUP arrived: unwinds every ``finally:`` (temporary
+    files, spooled input), then the command exits with 128 + ``signum``.
+
+    A BaseException, like KeyboardInterrupt, so that ``except Exception``
+    cannot swallow it.
+    """
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum

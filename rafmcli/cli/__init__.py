@@ -1,15 +1,33 @@
 """The `rafm` command: one module per subcommand, registered on the group here.
 
+Signals are handled here, once for every command (see :mod:`rafmcli.signals`).
 Heavy modules (numba kernels, the reader) are imported inside command bodies
 so that `rafm --help` starts fast and compiles nothing.
 """
+
+import sys
 
 import click
 
 from rafmcli import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class RafmGroup(click.Group):
+    """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
+    every temporary file is removed and the exit status is 128 + the signal number."""
+
+    def main(self, *args, **kwargs):
+        from rafmcli import signals
+        from rafmcli.errors import Terminated
+
+        try:
+            with signals.handled():
+                return super().main(*args, **kwargs)
+        except Terminated as exc:
+            sys.exit(128 + exc.signum)
+
+
+@click.group(cls=RafmGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rafm")
 def main():
     """Rank-aware factorization machines (RaFM), FM and DiFacto.

@@ -41,7 +41,49 @@ class FloatListType(click.ParamType):
 
 FLOATS = FloatListType()
 INPUT = click.Path(dir_okay=False, allow_dash=True)
-OUTPUT = click.Path(dir_okay=False, writable=True, allow_dash=True)
+
+
+class OutputPath(click.ParamType):
+    """An output file, checked at parse time, before any work (see rafmcli.io.output):
+    a new or regular file needs a writable directory, a device, FIFO or link must
+    be writable, a directory is refused; ``-`` is standard output (must be open)."""
+
+    name = "FILE"
+
+    def __init__(self, stdout_ok=True):
+        self.stdout_ok = stdout_ok
+
+    def convert(self, value, param, ctx):
+        from rafmcli.io.output import STDOUT, check_target
+
+        if value == STDOUT and not self.stdout_ok:
+            self.fail("a binary file cannot go to standard output; give a file name", param, ctx)
+        try:
+            check_target(value)
+        except ValueError as exc:
+            self.fail(str(exc) if value == STDOUT else f"{value}: {exc}", param, ctx)
+        return value
+
+
+OUTPUT = OutputPath()
+BINARY_OUTPUT = OutputPath(stdout_ok=False)
+
+
+def distinct_outputs(**paths):
+    """Refuse two options naming the same file (``--out x --rlog x``) or both ``-``;
+    a device or FIFO may take several (``--out /dev/null --rlog /dev/null``)."""
+    import os
+    import stat
+
+    seen = {}
+    for option, path in paths.items():
+        if path is None or (os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)):
+            continue
+        key = path if path == "-" else os.path.realpath(path)
+        if key in seen:
+            names = f"--{seen[key]} and --{option}".replace("_", "-")
+            raise click.UsageError(f"{names} name the same output ({path})")
+        seen[key] = option
 
 no_cache_option = click.option(
     "--no-cache", is_flag=True,

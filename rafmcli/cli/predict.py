@@ -28,7 +28,7 @@ def predict(model_path, out, raw, metrics, quiet, files, no_cache):
     """
     import numpy as np
 
-    from rafmcli.io.output import write_predictions
+    from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.metrics import evaluate
     from rafmcli.model import files as model_files
     from rafmcli.predict import finish, predict_dataset
@@ -43,7 +43,8 @@ def predict(model_path, out, raw, metrics, quiet, files, no_cache):
         finished = finish(model, result.values)
         parts.append(result.values if raw else finished)
         scored.append((name, data.labels, finished))
-    write_predictions(out, np.concatenate(parts))
+    with Outputs() as outputs:
+        outputs.write(out, lambda fh: format_predictions(fh, np.concatenate(parts)))
     if metrics:
         if len(scored) > 1:
             scored.append(("all files", np.concatenate([s[1] for s in scored]),

@@ -21,14 +21,21 @@ def stats(files, ranks, as_json, no_cache):
     rank set, each level's features and the size and per-row cost of FM(D_m),
     DiFacto and RaFM.
     """
+    from rafmcli.io.output import STDOUT, Outputs, check_target
     from rafmcli.io.reader import read_dataset
     from rafmcli.stats import file_stats, render_text
 
+    try:
+        check_target(STDOUT)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     reports = [file_stats(read_dataset(f, use_cache=not no_cache, progress=True), ranks)
                for f in files]
     if as_json:
-        click.echo(json.dumps({"rafm_version": __version__, "files": reports}, indent=1))
-        return
-    encoding = (getattr(sys.stdout, "encoding", None) or "").lower()
-    bar = "█" if encoding.startswith("utf") else "#"
-    click.echo("\n\n".join(render_text(r, bar) for r in reports))
+        text = json.dumps({"rafm_version": __version__, "files": reports}, indent=1)
+    else:
+        encoding = (getattr(sys.stdout, "encoding", None) or "").lower()
+        bar = "█" if encoding.startswith("utf") else "#"
+        text = "\n\n".join(render_text(r, bar) for r in reports)
+    with Outputs() as outputs:
+        outputs.write(STDOUT, lambda fh: fh.write(text + "\n"))

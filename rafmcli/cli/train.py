@@ -2,7 +2,17 @@
 
 import click
 
-from rafmcli.cli.options import FLOATS, INPUT, OUTPUT, RANKS, no_cache_option, read, warn_unseen
+from rafmcli.cli.options import (
+    BINARY_OUTPUT,
+    FLOATS,
+    INPUT,
+    OUTPUT,
+    RANKS,
+    distinct_outputs,
+    no_cache_option,
+    read,
+    warn_unseen,
+)
 from rafmcli.options import DEFAULT_RANKS
 from rafmcli.options import DEFAULTS as D
 
@@ -23,7 +33,7 @@ def _shown(values):
                    "0 trains on all rows for --iter epochs.")
 @click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
 @click.option("--out", type=OUTPUT, help="Prediction file for --test, one value a line; - for stdout.")
-@click.option("--save-model", type=OUTPUT, help="Write the trained model to this file.")
+@click.option("--save-model", type=BINARY_OUTPUT, help="Write the trained model to this file.")
 @click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
               show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
 @click.option("--dim", type=click.IntRange(1),
@@ -60,7 +70,8 @@ def _shown(values):
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
               help="Stop after this many epochs without a better validation metric (RMSE or logloss); 0: never.")
 @click.option("--rlog", type=OUTPUT,
-              help="Tab-separated log, one row per epoch: epoch, seconds, train_loss, validation metrics.")
+              help="Tab-separated log, one row per epoch: epoch, seconds, train_loss, validation metrics; "
+                   "- for stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
 def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
@@ -87,6 +98,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
     if out and not test:
         raise click.UsageError("--out needs --test FILE")
+    distinct_outputs(out=out, save_model=save_model, rlog=rlog)
     if len(regular) < 3:
         raise click.BadParameter("expected r0,r1,r2 (or r0,r1,r2_1,...,r2_m)", param_hint="--regular")
     try:
@@ -113,16 +125,20 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
                    dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
                    seed=seed, threads=threads, early_stop=early_stop, holdout=holdout)
-    from rafmcli.io.output import write_predictions
+    import functools
+
+    from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
     from rafmcli.predict import predict_dataset
     from rafmcli.solvers.sgd import train as run_training
 
-    model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
-                            rlog=rlog, quiet=quiet, echo=lambda m: click.echo(m, err=True))
-    if save_model:
-        model_files.save(model, save_model)
-    if test_data is not None:
-        predictions, unseen, distinct = predict_dataset(model, test_data)
-        warn_unseen(test, unseen, distinct)
-        write_predictions(out, predictions)
+    with Outputs() as outputs:
+        log = outputs.open(rlog) if rlog else None
+        model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
+                                rlog=log, quiet=quiet, echo=lambda m: click.echo(m, err=True))
+        if save_model:
+            outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
+        if test_data is not None:
+            predictions, unseen, distinct = predict_dataset(model, test_data)
+            warn_unseen(test, unseen, distinct)
+            outputs.write(out, functools.partial(format_predictions, predictions=predictions))

@@ -4,23 +4,23 @@ and ``.npy`` arrays: ``feature_ids`` (original id of each internal feature),
 ``levels`` (k_i), ``w`` and ``V``. No pickle is involved.
 """
 
+import functools
 import json
-import os
-import tempfile
 import zipfile
 
 import numpy as np
 
 from rafmcli import __version__
 from rafmcli.errors import InputError
+from rafmcli.io.output import Outputs
 from rafmcli.model.layout import Model, aligned_zeros
 
 FORMAT_NAME = "rafm-model"
 FORMAT_VERSION = 1
 
 
-def save(model, path):
-    """Write ``model`` to ``path`` through a temporary file renamed into place."""
+def write(model, fh):
+    """Write ``model`` as a zip archive into the binary file ``fh`` (it need not seek)."""
     header = {
         "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "rafm_version": __version__,
         "model": model.kind, "task": model.task, "ranks": list(model.ranks),
@@ -29,19 +29,17 @@ def save(model, path):
         **model.info,
     }
     arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".rafm-model-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr("model.json", json.dumps(header, indent=1))
-            for name, arr in arrays.items():
-                with zf.open(name + ".npy", "w", force_zip64=True) as fh:
-                    np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("model.json", json.dumps(header, indent=1))
+        for name, arr in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, np.ascontiguousarray(arr), allow_pickle=False)
+
+
+def save(model, path):
+    """Write ``model`` to ``path`` on its own (see :class:`rafmcli.io.output.Outputs`)."""
+    with Outputs() as outputs:
+        outputs.write(path, functools.partial(write, model), binary=True)
 
 
 def _read_aligned(fh):

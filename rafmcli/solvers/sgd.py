@@ -57,11 +57,15 @@ def _optimizer_state(method, model):
 
 
 class Log:
-    """The tab-separated --rlog file: a header, then one row per epoch (NaN if missing)."""
+    """The tab-separated --rlog table: a header, then one row per epoch (NaN if missing).
 
-    def __init__(self, path, task):
+    ``fh`` is a writable text file (the CLI stages it: a temporary file renamed
+    at the end, or a stream written as training goes) or None for no log.
+    """
+
+    def __init__(self, fh, task):
         self.columns = ("epoch", "seconds", "train_loss") + metrics.names(task)
-        self.fh = open(path, "w", encoding="utf-8") if path else None
+        self.fh = fh
         if self.fh:
             self.fh.write("\t".join(self.columns) + "\n")
             self.fh.flush()
@@ -70,10 +74,6 @@ class Log:
         if self.fh:
             self.fh.write("\t".join(_cell(row.get(c, float("nan"))) for c in self.columns) + "\n")
             self.fh.flush()
-
-    def close(self):
-        if self.fh:
-            self.fh.close()
 
 
 def _cell(value):
@@ -85,6 +85,8 @@ def _cell(value):
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
           progress=True, echo=print):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
+
+    ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
     With ``validation``, keeps the parameters of the epoch with the best
     validation metric and stops after ``opts.early_stop`` epochs without
@@ -164,7 +166,6 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             elif opts.early_stop and epoch - best[1] >= opts.early_stop:
                 break
     finally:
-        log.close()
         if bar is not None:
             bar.close()
     if best[2] is not None:

@@ -1,0 +1,66 @@
+"""SIGINT, SIGTERM and SIGHUP end a command cleanly: exit 128 + N, nothing left behind.
+
+The handler raises :class:`~rafmcli.errors.Terminated`, so every ``finally:``
+and ``with`` block on the way out runs (temporary output files, spooled
+standard input). Once one signal is being handled, later ones are ignored so
+that the clean-up itself cannot be cut short; a critical section such as
+renaming staged outputs into place runs under :func:`held`, which defers a
+signal to its end. Signals ignored when rafm starts (``nohup``) stay ignored.
+"""
+
+import signal
+from contextlib import contextmanager
+
+from rafmcli.errors import Terminated
+
+HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class _State:
+    held = 0            # nesting depth of held()
+    pending = None      # a signal that arrived while held
+    unwinding = False   # Terminated already raised
+
+
+def _handler(signum, frame):
+    if _State.unwinding:
+        return
+    if _State.held:
+        _State.pending = _State.pending or signum
+        return
+    _State.unwinding = True
+    raise Terminated(signum)
+
+
+@contextmanager
+def handled():
+    """Install the handler for the duration of a command (main thread only), then restore.
+
+    A signal the parent told us to ignore stays ignored (``nohup`` ignores
+    SIGHUP; a non-interactive shell's background jobs ignore SIGINT).
+    """
+    try:
+        previous = {s: signal.signal(s, _handler) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    _State.held, _State.pending, _State.unwinding = 0, None, False
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def held():
+    """Defer SIGINT/SIGTERM/SIGHUP to the end of the block (which must be short)."""
+    _State.held += 1
+    try:
+        yield
+    finally:
+        _State.held -= 1
+        if not _State.held and _State.pending and not _State.unwinding:
+            signum, _State.pending = _State.pending, None
+            _State.unwinding = True
+            raise Terminated(signum)

@@ -1,0 +1,331 @@
+"""Issue 8, the output side: what rafm writes, where, with which mode, and what it
+leaves behind when a target, an option, a model file or a signal is hostile.
+
+Every test runs the CLI and compares the directory before and after: names,
+inodes, modes and contents (nothing left, nothing replaced). As root, special
+files are made inside the test's own directory (``os.mknod``), never the
+machine's /dev.
+"""
+
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from rafmcli.cli import main
+from rafmcli.model import files as model_files
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="os.mknod of a character device needs root")
+FAST = ["--model", "fm", "--dim", "4", "--iter", "2", "--quiet"]
+
+
+def run(args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def listing(folder):
+    """{name: (inode, type and mode, size, content digest)}: what 'nothing replaced' compares."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        st = os.lstat(os.path.join(folder, name))
+        content = None
+        if stat.S_ISREG(st.st_mode):
+            with open(os.path.join(folder, name), "rb") as fh:
+                content = hash(fh.read())
+        out[name] = (st.st_ino, st.st_mode, st.st_size, content)
+    return out
+
+
+def error_line(result):
+    """The one 'Error: ...' line of a failed command (click prints usage above it)."""
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def train_args(sample, **outputs):
+    args = ["train", "--task", "r", "--train", sample("regression.train"), *FAST]
+    if "out" in outputs:
+        args += ["--test", sample("regression.test")]
+    for option, path in outputs.items():
+        args += ["--" + option.replace("_", "-"), path]
+    return args
+
+
+def chardev(path, major, minor):
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+class FifoReader:
+    """Reads everything written to a FIFO in a thread (the writer blocks until it opens)."""
+
+    def __init__(self, path):
+        os.mkfifo(path)
+        self.path, self.data = path, b""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        with open(self.path, "rb") as fh:
+            self.data = fh.read()
+
+    def result(self):
+        self.thread.join(10)
+        return self.data
+
+
+# class 3: special targets are written through, never renamed over
+
+@ROOT_ONLY
+def test_device_target_is_written_through_not_replaced(tmp_path, sample):
+    null = tmp_path / "null"
+    chardev(null, 1, 3)  # what /dev/null is, made inside the test's directory
+    before = listing(tmp_path)
+    result = run(train_args(sample, out=null, save_model=null, rlog=null))
+    assert result.exit_code == 0, result.output
+    assert listing(tmp_path) == before
+    st = os.lstat(null)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
+
+
+def test_fifo_and_symlink_targets_are_written_through(tmp_path, sample):
+    (tmp_path / "log-target.tsv").write_text("old\n")
+    os.chmod(tmp_path / "log-target.tsv", 0o640)
+    os.symlink("log-target.tsv", tmp_path / "log.tsv")
+    model_reader, pred_reader = FifoReader(tmp_path / "model.fifo"), FifoReader(tmp_path / "pred.fifo")
+    before = listing(tmp_path)
+    result = run(train_args(sample, out=tmp_path / "pred.fifo", save_model=tmp_path / "model.fifo",
+                            rlog=tmp_path / "log.tsv"))
+    assert result.exit_code == 0, result.output
+    model_bytes, predictions = model_reader.result(), pred_reader.result()
+    after = listing(tmp_path)
+    assert set(after) == set(before)
+    for name in ("model.fifo", "pred.fifo", "log.tsv"):
+        assert after[name][:2] == before[name][:2], name  # same inode and type: not renamed over
+    assert after["log-target.tsv"][:2] == before["log-target.tsv"][:2]  # written in place, mode kept
+    assert (tmp_path / "log-target.tsv").read_text().startswith("epoch\tseconds\ttrain_loss")
+    assert len(predictions.splitlines()) == 600  # the rows of regression.test
+    saved = tmp_path / "copy.rafm"
+    saved.write_bytes(model_bytes)
+    model = model_files.load(str(saved))  # a streamed (unseekable) zip reads back
+    assert model.kind == "fm" and model.ranks == (4,)
+
+
+@ROOT_ONLY
+def test_unwritable_device_is_one_line_error_and_nothing_committed(tmp_path, sample):
+    chardev(tmp_path / "full", 1, 7)  # writes fail with ENOSPC, like /dev/full
+    (tmp_path / "m.rafm").write_bytes(b"the previous model")
+    before = listing(tmp_path)
+    result = run(train_args(sample, out=tmp_path / "full", save_model=tmp_path / "m.rafm"))
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: {tmp_path / 'full'}: cannot write: No space left on device"
+    assert listing(tmp_path) == before
+
+
+# class 4: every output checked before any work; all committed together or none
+
+@pytest.mark.parametrize("option", ["out", "save_model", "rlog"])
+@pytest.mark.parametrize("target,why", [("nodir/x", "no such directory (nodir)"),
+                                        (".", "is a directory"),
+                                        ("file.txt/x", "not a directory")])
+def test_train_outputs_are_checked_before_any_work(tmp_path, sample, monkeypatch, option, target, why):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file.txt").write_text("a file\n")
+    before = listing(tmp_path)
+    others = {o: f"ok-{o}" for o in ("out", "save_model", "rlog") if o != option}
+    args = train_args(sample, **others, **{option: target})
+    args.remove("--quiet")
+    result = run(args)
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert line.startswith(f"Error: Invalid value for '--{option.replace('_', '-')}': {target}: ")
+    assert line.endswith(why) if why != "not a directory" else why in line.lower()
+    assert "parameters" not in result.output  # no training happened
+    assert listing(tmp_path) == before
+
+
+def test_predict_output_is_checked_before_any_work(tmp_path, sample):
+    model = tmp_path / "m.rafm"
+    assert run(train_args(sample, save_model=model)).exit_code == 0
+    before = listing(tmp_path)
+    result = run(["predict", "--model", model, "--out", tmp_path / "nodir" / "p.txt", sample("regression.test")])
+    assert result.exit_code == 2
+    assert error_line(result).endswith(f"no such directory ({tmp_path / 'nodir'})")
+    assert listing(tmp_path) == before
+
+
+def test_a_late_failure_commits_no_output(tmp_path, sample, monkeypatch):
+    """Predictions fail to write (disk full) after the model and log are staged:
+    the old model stays, no new log appears, no temporary file is left."""
+    (tmp_path / "m.rafm").write_bytes(b"the previous model")
+    before = listing(tmp_path)
+
+    def disk_full(fh, predictions):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("rafmcli.io.output.format_predictions", disk_full)
+    result = run(train_args(sample, out=tmp_path / "p.txt", save_model=tmp_path / "m.rafm",
+                            rlog=tmp_path / "log.tsv"))
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: {tmp_path / 'p.txt'}: cannot write: No space left on device"
+    assert listing(tmp_path) == before
+
+
+def test_two_options_naming_one_file_are_refused(tmp_path, sample):
+    before = listing(tmp_path)
+    result = run(train_args(sample, out=tmp_path / "x", rlog=tmp_path / "x"))
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: --out and --rlog name the same output ({tmp_path / 'x'})"
+    assert listing(tmp_path) == before
+
+
+# class 5: new files follow the umask, replaced files keep their mode
+
+def test_modes_follow_umask_and_replaced_files_keep_theirs(tmp_path, sample):
+    old = os.umask(0o027)
+    try:
+        new = run(train_args(sample, out=tmp_path / "p.txt", save_model=tmp_path / "m.rafm",
+                             rlog=tmp_path / "log.tsv"))
+        assert new.exit_code == 0, new.output
+        modes = {n: stat.S_IMODE(os.stat(tmp_path / n).st_mode) for n in ("p.txt", "m.rafm", "log.tsv")}
+        assert modes == {"p.txt": 0o640, "m.rafm": 0o640, "log.tsv": 0o640}
+        for name, mode in (("p.txt", 0o644), ("m.rafm", 0o600), ("log.tsv", 0o664)):
+            os.chmod(tmp_path / name, mode)
+        inodes = {n: os.stat(tmp_path / n).st_ino for n in modes}
+        again = run(train_args(sample, out=tmp_path / "p.txt", save_model=tmp_path / "m.rafm",
+                               rlog=tmp_path / "log.tsv"))
+        assert again.exit_code == 0, again.output
+    finally:
+        os.umask(old)
+    after = {n: stat.S_IMODE(os.stat(tmp_path / n).st_mode) for n in modes}
+    assert after == {"p.txt": 0o644, "m.rafm": 0o600, "log.tsv": 0o664}
+    assert all(os.stat(tmp_path / n).st_ino != inodes[n] for n in modes)  # replaced by rename
+    assert sorted(os.listdir(tmp_path)) == ["log.tsv", "m.rafm", "p.txt"]
+
+
+# class 14: SIGTERM and SIGHUP are handled like SIGINT
+
+def _big_file(path, rows=20_000):
+    """Rows of two features each seen once: an FM(64) of 40,000 features (10 MB of factors)."""
+    rng = np.random.default_rng(0)
+    ids = np.arange(2 * rows).reshape(rows, 2)
+    labels = rng.normal(size=rows)
+    with open(path, "w") as fh:
+        fh.writelines(f"{y:.3f} {a}:1 {b}:1\n" for y, (a, b) in zip(labels, ids))
+
+
+def _signal_when(tmp_path, args, ready, signum=signal.SIGTERM, timeout=120):
+    """Run rafm; as soon as ready(names in tmp_path) holds, stop it, check ready
+    still holds (the moment was caught), send ``signum``; (exit status, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rafmcli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT})
+    deadline = time.monotonic() + timeout
+    while not ready(os.listdir(tmp_path)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.0005)
+    proc.send_signal(signal.SIGSTOP)
+    caught = ready(os.listdir(tmp_path))
+    proc.send_signal(signum)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=timeout)
+    assert caught, "the process got past the moment before it was stopped"
+    return proc.returncode, err.decode()
+
+
+TRAIN_BIG = ["train", "--task", "r", "--train", "big.libfm", "--model", "fm", "--dim", "64", "--holdout", "0",
+             "--save-model", "m.rafm", "--rlog", "log.tsv", "--quiet"]
+
+
+def test_sigterm_during_training_leaves_nothing(tmp_path):
+    _big_file(tmp_path / "big.libfm")
+    before = listing(tmp_path)
+
+    def two_epochs_logged(names):
+        logs = [n for n in names if n.startswith(".log.tsv.")]
+        return bool(logs) and len((tmp_path / logs[0]).read_text().splitlines()) >= 3
+
+    status, err = _signal_when(tmp_path, TRAIN_BIG + ["--iter", "100000"], two_epochs_logged)
+    assert (status, err) == (143, "")
+    assert listing(tmp_path) == before
+
+
+def test_sigterm_during_model_save_leaves_nothing(tmp_path):
+    _big_file(tmp_path / "big.libfm")
+    before = listing(tmp_path)
+    status, err = _signal_when(tmp_path, TRAIN_BIG + ["--iter", "1"],
+                               lambda names: any(n.startswith(".m.rafm.") for n in names))
+    assert (status, err) == (143, "")
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT])
+def test_sighup_and_sigint_exit_128_plus_n(tmp_path, signum):
+    _big_file(tmp_path / "big.libfm", rows=2_000)
+    before = listing(tmp_path)
+    status, err = _signal_when(tmp_path, TRAIN_BIG + ["--iter", "100000"],
+                               lambda names: any(n.startswith(".log.tsv.") for n in names), signum=signum)
+    assert (status, err) == (128 + signum, "")
+    assert listing(tmp_path) == before
+
+
+# class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback
+
+def test_rlog_dash_is_stdout_and_model_dash_is_refused(tmp_path, sample, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run(train_args(sample, rlog="-"))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("epoch\tseconds\ttrain_loss\trmse\tmae\n1\t")
+    refused = run(train_args(sample, save_model="-"))
+    assert refused.exit_code == 2
+    assert error_line(refused) == ("Error: Invalid value for '--save-model': a binary file cannot go to "
+                                   "standard output; give a file name")
+    assert os.listdir(tmp_path) == []
+
+
+def _cli(args, **popen):
+    return subprocess.Popen([sys.executable, "-m", "rafmcli", *map(str, args)], stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": ROOT}, **popen)
+
+
+def test_closed_stdout_is_a_clean_error(tmp_path, sample):
+    model = tmp_path / "m.rafm"
+    assert run(train_args(sample, save_model=model)).exit_code == 0
+    for args in (["predict", "--model", model, sample("regression.test")], ["stats", sample("regression.test")]):
+        proc = _cli(args, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+        _, err = proc.communicate()
+        assert proc.returncode == 2, err
+        assert err.decode().splitlines()[-1] == (
+            "Error: Invalid value for '--out': standard output is closed" if args[0] == "predict"
+            else "Error: standard output is closed")
+
+
+@pytest.mark.parametrize("command", ["predict", "stats"])
+def test_reader_gone_exits_quietly(tmp_path, sample, command):
+    """``rafm stats ... | true``: the reader has closed the pipe before rafm writes."""
+    model = tmp_path / "m.rafm"
+    assert run(train_args(sample, save_model=model)).exit_code == 0
+    args = (["predict", "--model", model, "--quiet"] if command == "predict" else ["stats"])
+    proc = _cli(args + [sample("regression.test")], stdout=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate()
+    assert (proc.returncode, err) == (0, b"")
+
+
+def test_model_file_is_a_plain_zip(tmp_path, sample):
+    """The shared writer still makes an archive any unzip reads (regression guard)."""
+    assert run(train_args(sample, save_model=tmp_path / "m.rafm")).exit_code == 0
+    with zipfile.ZipFile(tmp_path / "m.rafm") as zf:
+        assert zf.testzip() is None
+        assert sorted(zf.namelist()) == ["V.npy", "feature_ids.npy", "levels.npy", "model.json", "w.npy"]

@@ -37,3 +37,18 @@ class Terminated(BaseException):
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
+
+
+def printable(text, limit=None):
+    """``text`` (str, or bytes read as UTF-8) safe for a one-line message.
+
+    Bytes that are not UTF-8, control characters (NUL, CR, ESC, ...) and other
+    unprintable characters are escaped as ``\\x00``, ``\\u2028``; past
+    ``limit`` characters the rest becomes ``...``.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="backslashreplace")
+    shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    if limit is not None and len(shown) > limit:
+        shown = shown[:limit - 3] + "..."
+    return shown

@@ -74,31 +74,3 @@ def summarize(levels, counts, n_rows, ranks):
     occupancy = np.cumsum(per_level[::-1])[::-1] / max(n_rows, 1)
     return LevelSummary(tuple(ranks), size, top, occupancy, int(levels.shape[0]))
 
-
-def read_levels_file(path, m):
-    """``feature level`` pairs, one a line (``#`` comments), for ``--levels``.
-
-    Returns (ids, levels) as arrays; a bad line raises InputError naming it.
-    """
-    from rafmcli.errors import InputError
-
-    ids, levels = [], []
-    try:
-        with open(path, encoding="utf-8-sig") as fh:
-            for line_no, line in enumerate(fh, 1):
-                fields = line.split("#")[0].split()
-                if not fields:
-                    continue
-                if len(fields) != 2:
-                    raise InputError(f"{path}:{line_no}: expected 'feature level' ({line.strip()})")
-                for token in fields:
-                    if not token.isdigit():
-                        raise InputError(f"{path}:{line_no}: not a non-negative integer ({token})")
-                feature, level = int(fields[0]), int(fields[1])
-                if not 1 <= level <= m:
-                    raise InputError(f"{path}:{line_no}: level must be 1..{m} ({fields[1]})")
-                ids.append(feature)
-                levels.append(level)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    return np.asarray(ids, dtype=np.int64), np.asarray(levels, dtype=np.int8)

@@ -58,6 +58,7 @@ def file_stats(data, ranks):
         "features": int(data.feature_ids.size),
         "nonzeros": data.nnz,
         "nonzeros_per_row": data.nnz / data.n_rows if data.n_rows else 0.0,
+        "rows_with_repeats": int(data.rows_with_repeats),
         "min_index": int(data.feature_ids[0]) if has_ids else None,
         "max_index": int(data.feature_ids[-1]) if has_ids else None,
         "labels": label_summary(data.labels),
@@ -86,6 +87,8 @@ def render_text(stats, bar="█"):
         base = "0-based" if s["min_index"] == 0 else "no index 0: 1-based?" if s["min_index"] == 1 else "sparse ids"
         lines.append(f"features     {s['features']:,} distinct, ids {s['min_index']}..{s['max_index']} ({base})")
     lines.append(f"non-zeros    {s['nonzeros']:,} ({s['nonzeros_per_row']:.2f} per row)")
+    if s["rows_with_repeats"]:
+        lines.append(f"repeats      {s['rows_with_repeats']:,} rows repeat a feature index (values summed)")
     lab = s["labels"]
     if lab["min"] is not None:
         text = f"min {_g(lab['min'])}, mean {_g(lab['mean'])}, max {_g(lab['max'])}"

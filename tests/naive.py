@@ -1,35 +1,76 @@
 """Slow, obviously correct references that the fast code is checked against.
 
-* ``read_plain``: a plain-Python libSVM/libFM reader (str.split per line).
+* ``read_plain``: a plain-Python libSVM/libFM reader (regular expressions and
+  bytes.split per line) with every rule of rafm's reader, errors included.
 * FM, RaFM and DiFacto predictions as the O(n^2) pair loop of paper
   Eq. 1, 4 and 5.
 """
 
+import re
+
 import numpy as np
+
+LINE_END = re.compile(rb"\r\n|\r|\n")
+NUMBER = re.compile(rb"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+INDEX = re.compile(rb"[0-9]+")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class PlainError(ValueError):
+    """The first bad line of a file (1-based, counting LF, CRLF and lone CR)."""
+
+    def __init__(self, line):
+        super().__init__(f"bad line {line}")
+        self.line = line
 
 
 def read_plain(text):
     """Rows of a libFM text as (labels, [sorted [(idx, value), ...] per row]).
 
-    Same rules as rafm's reader: '#' starts a comment, blank lines are
-    skipped, ``idx`` alone means 1, zero values are dropped.
+    Same rules as rafm's reader: lines end at LF, CRLF or CR; '#' starts a
+    comment; blank lines are skipped; ``idx`` alone means 1; values are
+    float32 and zeros are dropped; a repeated index holds the sum of its
+    values (float64 in file order, then float32), dropped if 0. ``text`` is
+    str or bytes; a bad line raises PlainError.
     """
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    labels, rows = [], []
-    for line in text.split("\n"):
-        tokens = line.split("#")[0].split()
+    return read_plain_counted(text)[:2]
+
+
+def read_plain_counted(text):
+    """``read_plain`` plus the number of rows that repeat an index."""
+    data = text.encode() if isinstance(text, str) else text
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    labels, rows, repeats = [], [], 0
+    for line_no, line in enumerate(LINE_END.split(data), 1):
+        tokens = line.split(b"#")[0].split()
         if not tokens:
             continue
-        labels.append(float(tokens[0]))
-        row = []
+        if not NUMBER.fullmatch(tokens[0]) or not np.isfinite(float(tokens[0])):
+            raise PlainError(line_no)
+        sums = {}
         for tok in tokens[1:]:
-            idx, _, val = tok.partition(":")
-            value = float(np.float32(float(val))) if val else 1.0
+            idx, colon, val = tok.partition(b":")
+            if not INDEX.fullmatch(idx) or int(idx) > 2**31 - 1:
+                raise PlainError(line_no)
+            if colon and not (NUMBER.fullmatch(val) and abs(float(val)) <= FLOAT32_MAX):
+                raise PlainError(line_no)
+            value = float(np.float32(float(val))) if colon else 1.0
             if value != 0.0:
-                row.append((int(idx), value))
+                sums.setdefault(int(idx), []).append(value)
+        row = []
+        for idx, parts in sums.items():
+            total = 0.0
+            for v in parts:
+                total += v
+            if not abs(total) <= FLOAT32_MAX:
+                raise PlainError(line_no)
+            if float(np.float32(total)) != 0.0:
+                row.append((idx, float(np.float32(total))))
+        repeats += any(len(parts) > 1 for parts in sums.values())
+        labels.append(float(tokens[0]))
         rows.append(sorted(row))
-    return labels, rows
+    return labels, rows, repeats
 
 
 def csr_rows(data):

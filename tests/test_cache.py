@@ -1,8 +1,12 @@
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from rafmcli.cli import main
 from rafmcli.io import cache, reader
 from rafmcli.io.reader import read_dataset
 
@@ -18,7 +22,7 @@ def datafile(tmp_path):
 def _no_parse(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("parsed although the cache should have answered")
-    monkeypatch.setattr(reader, "parse_file", fail)
+    monkeypatch.setattr(reader, "_parse", fail)
 
 
 def test_hit_is_memory_mapped_and_equal(datafile, monkeypatch):
@@ -63,29 +67,94 @@ def _entry(datafile):
     return cache._entry_dir(datafile, None)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "meta"])
-def test_damaged_entry_is_rebuilt(datafile, damage):
+def _meta(datafile):
+    with open(os.path.join(_entry(datafile), "meta.json")) as fh:
+        return json.load(fh)
+
+
+def _write_meta(datafile, meta):
+    with open(os.path.join(_entry(datafile), "meta.json"), "w") as fh:
+        fh.write(meta if isinstance(meta, str) else json.dumps(meta))
+
+
+def _flip_last_byte(path):
+    with open(path, "r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_END)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _wrong_dtype(datafile):
+    """indices stored as int64 with a meta.json that agrees (CRC included)."""
+    entry = _entry(datafile)
+    wide = np.load(os.path.join(entry, "indices.npy")).astype(np.int64)
+    np.save(os.path.join(entry, "indices.npy"), wide)
+    meta = _meta(datafile)
+    meta["arrays"]["indices"] = {"dtype": "int64", "shape": list(wide.shape), "crc32": cache._crc(wide)}
+    _write_meta(datafile, meta)
+
+
+DAMAGE = {
+    "truncate": lambda d: os.truncate(os.path.join(_entry(d), "indices.npy"),
+                                      os.path.getsize(os.path.join(_entry(d), "indices.npy")) - 4),
+    "flip": lambda d: _flip_last_byte(os.path.join(_entry(d), "indices.npy")),
+    "delete": lambda d: os.remove(os.path.join(_entry(d), "indices.npy")),
+    "empty labels": lambda d: open(os.path.join(_entry(d), "labels.npy"), "w").close(),
+    "meta not json": lambda d: _write_meta(d, "{not json"),
+    "meta null": lambda d: _write_meta(d, "null"),
+    "meta empty": lambda d: _write_meta(d, ""),
+    "arrays a list": lambda d: _write_meta(d, {**_meta(d), "arrays": []}),
+    "arrays missing": lambda d: _write_meta(d, {"identity": _meta(d)["identity"]}),
+    "spec not a dict": lambda d: _write_meta(d, {**_meta(d), "arrays": {**_meta(d)["arrays"], "labels": 3}}),
+    "unknown array": lambda d: _write_meta(d, {**_meta(d), "arrays": {**_meta(d)["arrays"], "x": {}}}),
+    "no repeat count": lambda d: _write_meta(d, {k: v for k, v in _meta(d).items() if k != "rows_with_repeats"}),
+    "wrong dtype": _wrong_dtype,
+    "meta a directory": lambda d: (os.remove(os.path.join(_entry(d), "meta.json")),
+                                   os.mkdir(os.path.join(_entry(d), "meta.json"))),
+    "entry a file": lambda d: (shutil.rmtree(_entry(d)), open(_entry(d), "w").close()),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_entry_is_rebuilt_with_one_warning(datafile, damage):
+    """Class 7: whatever is wrong with an entry, the command reads the text
+    again, warns once and rewrites the entry; never "Aborted!" or a traceback."""
     fresh = read_dataset(datafile, use_cache=False)
-    read_dataset(datafile)
-    target = os.path.join(_entry(datafile), "indices.npy")
-    if damage == "truncate":
-        with open(target, "r+b") as fh:
-            fh.truncate(os.path.getsize(target) - 4)
-    elif damage == "flip":
-        with open(target, "r+b") as fh:
-            fh.seek(-1, os.SEEK_END)
-            byte = fh.read(1)
-            fh.seek(-1, os.SEEK_END)
-            fh.write(bytes([byte[0] ^ 0xFF]))
-    elif damage == "delete":
-        os.remove(target)
-    else:
-        with open(os.path.join(_entry(datafile), "meta.json"), "w") as fh:
-            fh.write("{not json")
-    assert cache.load(datafile) is None
-    data = read_dataset(datafile)
+    assert CliRunner().invoke(main, ["stats", datafile]).exit_code == 0
+    DAMAGE[damage](datafile)
+    result = CliRunner().invoke(main, ["stats", "--json", datafile])
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.strip().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"rafm: warning: damaged cache entry for {datafile} (")
+    assert json.loads(result.stdout)["files"][0]["nonzeros"] == fresh.nnz
+    again = CliRunner().invoke(main, ["stats", datafile])
+    assert again.exit_code == 0 and again.stderr == ""
+    data = cache.load(datafile, cache.identity(datafile))
     np.testing.assert_array_equal(data.indices, fresh.indices)
-    assert cache.load(datafile) is not None
+    np.testing.assert_array_equal(data.values, fresh.values)
+
+
+def test_other_version_is_stale_without_warning(datafile, capsys):
+    read_dataset(datafile)
+    meta = _meta(datafile)
+    meta["identity"]["format"] = 1
+    _write_meta(datafile, meta)
+    assert read_dataset(datafile).n_rows == 3
+    assert capsys.readouterr().err == ""
+    assert _meta(datafile)["identity"]["format"] == cache.FORMAT
+
+
+def test_replaced_file_with_same_size_and_mtime_is_stale(datafile):
+    """A file replaced by another of the same size and mtime (cp -p, rsync) is a new inode."""
+    read_dataset(datafile)
+    st = os.stat(datafile)
+    other = datafile + ".new"
+    with open(other, "w") as fh:
+        fh.write("7 1:0.5 3:1\n0 2:1\n1 1:2 4:1\n")
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, datafile)
+    assert read_dataset(datafile).labels[0] == 7
 
 
 def test_unwritable_cache_warns_and_reads(datafile, tmp_path, monkeypatch, capsys):

@@ -1,13 +1,14 @@
 import bz2
 import gzip
 import io
+import json
 import lzma
 import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from naive import csr_rows, read_plain
+from naive import csr_rows, read_plain_counted
 
 from rafmcli.cli import main
 from rafmcli.io import reader
@@ -28,7 +29,7 @@ def messy_text(rng, n_rows=300, ones=False):
             lines.append(rng.choice(["", "   ", "\t"]))
             continue
         label = rng.choice(["1", "-1", "0", f"{rng.normal():.6g}", "+3.5", "2e-3", ".5"])
-        ids = rng.choice(5000, size=rng.integers(0, 12), replace=False)
+        ids = rng.choice(5000, size=rng.integers(0, 12), replace=not ones and rng.random() < 0.2)
         toks = []
         for i in ids:
             if ones:
@@ -43,7 +44,7 @@ def messy_text(rng, n_rows=300, ones=False):
         if rng.random() < 0.1:
             line += " # trailing comment 7:7"
         lines.append(line)
-    eol = "\r\n" if rng.random() < 0.5 else "\n"
+    eol = str(rng.choice(["\n", "\r\n", "\r"]))
     text = eol.join(lines)
     if rng.random() < 0.5:
         text += eol
@@ -51,7 +52,8 @@ def messy_text(rng, n_rows=300, ones=False):
 
 
 def check_same(data, text):
-    labels, rows = read_plain(text)
+    labels, rows, repeats = read_plain_counted(text)
+    assert data.rows_with_repeats == repeats
     np.testing.assert_array_equal(data.labels, np.array(labels))
     assert csr_rows(data) == rows
     ids = sorted({i for row in rows for i, _ in row})
@@ -138,8 +140,10 @@ BAD = [
     ("1 2147483648:1\n", 1, "exceeds 2147483647", "2147483648:1"),
     ("1 99999999999999999999999:1\n", 1, "exceeds 2147483647", "99999999999999999999999:1"),
     ("1 qid:3 1:1\n", 1, "qid tokens are not supported", "qid:3"),
-    ("1 3:1 4:2 3:5\n", 1, "duplicate feature index", "3:5"),
-    ("3 3:1 4:2 # 4:1\n1 3:1 3:1\n", 2, "duplicate feature index", "3:1"),
+    ("1 3:3e38 4:2 3:3e38\n", 1, "repeated feature index sum beyond float32", "3"),
+    ("1 1:1\r2 x:1\r", 2, "not a non-negative integer", "x:1"),
+    ("1 1:1\r\n\r\n\r2 x:1\r", 4, "not a non-negative integer", "x:1"),
+    ("1 1:1\n\r2 x:1\n", 3, "not a non-negative integer", "x:1"),
     ("1 1:1\n\n# c\n2 2:1\n0 5:", 5, "missing value after ':'", "5:"),
     ("1 1:1\r\n2 5:1e\r\n", 2, "value is not a number", "5:1e"),
     ("1 1:1 2:3e+\n", 1, "value is not a number", "2:3e+"),
@@ -179,3 +183,129 @@ def test_missing_file(tmp_path):
     result = CliRunner().invoke(main, ["stats", str(tmp_path / "nope.libfm")])
     assert result.exit_code == 2
     assert "nope.libfm" in result.output
+
+
+def _stats(*args):
+    return CliRunner().invoke(main, ["stats", *map(str, args)])
+
+
+def test_lone_cr_ends_lines(tmp_path):
+    """Class 16: old Mac files (CR only) read as rows, not as one row of labels-turned-features."""
+    path = tmp_path / "mac.libfm"
+    path.write_bytes(b"1 5:1\r0 6:1\r")
+    data = parse_file(str(path))
+    np.testing.assert_array_equal(data.labels, [1, 0])
+    np.testing.assert_array_equal(data.indptr, [0, 1, 2])
+    np.testing.assert_array_equal(data.indices, [5, 6])
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 1 << 20])
+def test_line_ends_agree_across_block_cuts(tmp_path, monkeypatch, eol, block):
+    """Every line end, cut anywhere by the block boundary (a CRLF split in two
+    included), numbers lines alike: the error names the same line."""
+    monkeypatch.setattr(reader, "BLOCK_BYTES", block)
+    lines = [b"1 1:1", b"", b"# c", b"2 2:2", b"0 x:1"]
+    path = tmp_path / "f.libfm"
+    path.write_bytes(eol.join(lines) + eol)
+    result = _stats(path)
+    assert result.exit_code == 2
+    message = result.output.strip().splitlines()[-1]
+    assert message == f"Error: {path}:5: feature index is not a non-negative integer (x:1)"
+    path.write_bytes(eol.join(lines[:4]) + eol)
+    data = parse_file(str(path))
+    np.testing.assert_array_equal(data.labels, [1, 2])
+
+
+def test_repeated_index_is_summed(tmp_path):
+    """Class 18: one value per index, the sum of its values; zero sums dropped."""
+    path = tmp_path / "rep.libfm"
+    path.write_bytes(b"1 3:1 3:1\n0 3:0 3:1\n1 4:0.5 2 4:-0.5\n1 7 7 7 1:2\n")
+    data = parse_file(str(path))
+    assert csr_rows_of(data) == [[(3, 2.0)], [(3, 1.0)], [(2, 1.0)], [(1, 2.0), (7, 3.0)]]
+    assert data.rows_with_repeats == 3
+    assert data.counts.tolist() == [1, 1, 2, 1] and data.feature_ids.tolist() == [1, 2, 3, 7]
+
+
+def csr_rows_of(data):
+    from naive import csr_rows
+
+    return csr_rows(data)
+
+
+def test_repeats_in_a_ones_file_get_values(tmp_path, monkeypatch):
+    """A file of 1s whose later block repeats an index: the earlier blocks' 1s
+    are kept and the sum is stored."""
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 16)
+    path = tmp_path / "ones.libfm"
+    path.write_bytes(b"1 1 2:1\n" * 6 + b"0 5:1 5\n" + b"1 3\n" * 3)
+    data = parse_file(str(path))
+    assert data.values is not None
+    assert csr_rows_of(data) == [[(1, 1.0), (2, 1.0)]] * 6 + [[(5, 2.0)]] + [[(3, 1.0)]] * 3
+    assert data.rows_with_repeats == 1
+
+
+def test_repeats_reported_by_stats_and_train(tmp_path):
+    path = tmp_path / "rep.libfm"
+    path.write_bytes(b"1 3:1 3:1\n0 4:1\n1 4 4 5\n0 5:1\n" * 3)
+    text = _stats(path)
+    assert text.exit_code == 0
+    assert "repeats      6 rows repeat a feature index (values summed)" in text.output
+    as_json = _stats("--json", path)
+    assert json.loads(as_json.output)["files"][0]["rows_with_repeats"] == 6
+    plain = tmp_path / "plain.libfm"
+    plain.write_bytes(b"1 3:1\n0 4:1\n")
+    assert "\nrepeats " not in _stats(plain).output
+    assert json.loads(_stats("--json", plain).output)["files"][0]["rows_with_repeats"] == 0
+    result = CliRunner().invoke(main, ["train", "--task", "c", "--train", str(path), "--validation", str(plain),
+                                       "--iter", "1", "--dim", "2"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "repeat" in line]
+    assert warnings == [f"rafm: {path}: 6 rows repeat a feature index; the values of each repeated index "
+                        f"were summed"]
+
+
+@pytest.mark.parametrize("ext", [".bz2", ".gz", ".xz"])
+def test_plain_text_with_a_compressed_name(tmp_path, ext):
+    """Class 19: a plain-text file named .bz2 cannot be decompressed (not 'cannot read')."""
+    path = tmp_path / ("plain.libfm" + ext)
+    path.write_bytes(b"1 1:1\n" * 20)
+    result = _stats(path)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].startswith(f"Error: {path}: cannot decompress: ")
+
+
+@pytest.mark.parametrize("content,token", [
+    (b"1 2:3\n\x00 1:1\n", "\\x00"),
+    (b"1 2:3\n\x1b[31m 1:1\n", "\\x1b[31m"),
+    (b"1 2:3\n\xff\xfe 1:1\n", "\\xff\\xfe"),
+    (b"1 2:\x00\x07\n", "2:\\x00\\x07"),
+])
+def test_control_bytes_are_escaped_in_messages(tmp_path, content, token):
+    """Class 19: NUL, escape and non-UTF-8 bytes from the input never reach the terminal raw."""
+    path = tmp_path / "ctl.libfm"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["stats", str(path)])
+    assert result.exit_code == 2
+    message = result.output.strip().splitlines()[-1]
+    assert message.endswith(f"({token})") and message.isprintable()
+
+
+def test_fill_never_writes_out_of_bounds():
+    """Class 1: parse_block given arrays too short for its block stops with
+    ERR_FULL and leaves every byte beyond them untouched."""
+    from rafmcli.io import parse_kernel as K
+
+    text = np.frombuffer(b"1 1:2 2:3\n0 3:4 4:5 5:6\n1 7:1\n", dtype=np.uint8).copy()
+    guard = -7
+    for rows, tokens in [(1, 10), (10, 3), (2, 4)]:
+        labels = np.full(rows + 5, guard, dtype=np.float64)
+        indptr = np.full(rows + 6, guard, dtype=np.int64)
+        indices = np.full(tokens + 5, guard, dtype=np.int32)
+        values = np.full(tokens + 5, guard, dtype=np.float32)
+        indptr[0] = 0
+        code, line, *_ = K.parse_block(text, len(text), 0, labels[:rows], indptr[:rows + 1], indices[:tokens],
+                                        values[:tokens])
+        assert code == K.ERR_FULL
+        assert (labels[rows:] == guard).all() and (indptr[rows + 1:] == guard).all()
+        assert (indices[tokens:] == guard).all() and (values[tokens:] == guard).all()

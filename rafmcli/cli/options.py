@@ -92,10 +92,21 @@ no_cache_option = click.option(
 
 
 def read(path, no_cache, quiet):
-    """A Dataset through the cache, with a progress bar unless ``quiet``."""
+    """A Dataset through the cache; unless ``quiet``, a progress bar and a word on repeated ids."""
     from rafmcli.io.reader import read_dataset
 
-    return read_dataset(path, use_cache=not no_cache, progress=not quiet)
+    data = read_dataset(path, use_cache=not no_cache, progress=not quiet)
+    if not quiet:
+        warn_repeats(data)
+    return data
+
+
+def warn_repeats(data):
+    if data.rows_with_repeats:
+        from rafmcli.errors import printable
+
+        click.echo(f"rafm: {printable(data.path)}: {data.rows_with_repeats:,} rows repeat a feature index; "
+                   f"the values of each repeated index were summed", err=True)
 
 
 def warn_unseen(name, occurrences, distinct):

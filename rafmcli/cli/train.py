@@ -17,6 +17,15 @@ from rafmcli.options import DEFAULT_RANKS
 from rafmcli.options import DEFAULTS as D
 
 
+def _nonempty(data):
+    """``data``, unless it has no rows: a file to train or validate on must have some."""
+    if data.n_rows == 0:
+        from rafmcli.errors import InputError, printable
+
+        raise InputError(f"{printable(data.path)}: no rows")
+    return data
+
+
 def _shown(values):
     return ",".join(f"{v:g}" for v in values)
 
@@ -84,8 +93,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     stderr; predictions (--test, --out) and the model (--save-model) are
     written only when training succeeds.
     """
-    from rafmcli.errors import InputError
-    from rafmcli.levels import read_levels_file
+    from rafmcli.errors import printable
+    from rafmcli.io.levels_file import read_levels_file
     from rafmcli.options import Options, per_level
     from rafmcli.solvers.sgd import holdout_split
 
@@ -110,16 +119,20 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
 
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
-    data = read(train_file, no_cache, quiet)
-    if data.n_rows == 0:
-        raise InputError(f"{train_file}: no rows to train on")
-    valid = read(validation, no_cache, quiet) if validation else None
+    data = _nonempty(read(train_file, no_cache, quiet))
+    valid = _nonempty(read(validation, no_cache, quiet)) if validation else None
     test_data = read(test, no_cache, quiet) if test else None
     if valid is None and holdout > 0:
         data, valid = holdout_split(data, holdout, seed)
+        _nonempty(data)
         if valid is not None and not quiet:
             click.echo(f"rafm: validating on {valid.n_rows:,} held-out training rows ({holdout:g}); "
                        f"--validation FILE or --holdout 0 to change", err=True)
+    if levels_override is not None and not quiet:
+        absent = levels_override.absent(data.feature_ids)
+        if absent:
+            click.echo(f"rafm: {printable(levels_file)}: {absent:,} of its {levels_override.ids.shape[0]:,} "
+                       f"features do not occur in training; their levels are not used", err=True)
     opts = Options(task=task, model=model_kind, ranks=tuple(ranks), method=method, iters=iters,
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],
@@ -134,7 +147,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
 
     with Outputs() as outputs:
         log = outputs.open(rlog) if rlog else None
-        model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
+        override = None if levels_override is None else (levels_override.ids, levels_override.levels)
+        model, _ = run_training(data, opts, validation=valid, levels_override=override,
                                 rlog=log, quiet=quiet, echo=lambda m: click.echo(m, err=True))
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)

@@ -2,10 +2,12 @@
 
 One entry per input path, in ``$RAFM_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/rafm`` or ``~/.cache/rafm``), never beside the input. An
-entry records the file's absolute path, size and modification time and a CRC32
-of every array; it is used only when all of them match, otherwise it is
-rebuilt. Entries are written to a temporary directory and renamed into place,
-so a crash leaves no half-written entry.
+entry records the file's absolute path, inode, size, modification and change
+times and a CRC32 of every array; it is used only when all of them match.
+An entry of another file version is stale and silently rebuilt; an entry that
+cannot be read or does not check (damaged, truncated, hand-edited) is rebuilt
+with one warning. Entries are written to a temporary directory and renamed
+into place, so a crash leaves no half-written entry.
 """
 
 import hashlib
@@ -18,10 +20,17 @@ import zlib
 
 import numpy as np
 
+from rafmcli.errors import printable
 from rafmcli.io.reader import Dataset
 
-FORMAT = 1
-_ARRAYS = ("labels", "indptr", "indices", "values", "feature_ids", "counts")
+FORMAT = 2  # 2: identity has inode and ctime; meta.json holds rows_with_repeats
+# Every array an entry may hold, with its dtype; all but ``values`` are required.
+_DTYPES = {"labels": "float64", "indptr": "int64", "indices": "int32", "values": "float32",
+           "feature_ids": "int32", "counts": "int64"}
+
+
+class _Damaged(Exception):
+    """An entry that exists but cannot be used."""
 
 
 def default_dir():
@@ -32,11 +41,14 @@ def default_dir():
     return os.path.join(base, "rafm")
 
 
-def identity(path):
-    """What must match for an entry to be used: format, absolute path, size, mtime."""
-    st = os.stat(path)
-    return {"format": FORMAT, "path": os.path.abspath(path),
-            "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+def identity(path, status=None):
+    """What must match for an entry to be used: format, absolute path, inode, size, times.
+
+    ``status`` is the file's (f)stat; by default ``os.stat(path)``.
+    """
+    st = os.stat(path) if status is None else status
+    return {"format": FORMAT, "path": os.path.abspath(path), "inode": st.st_ino,
+            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
 
 def _entry_dir(path, cache_dir):
@@ -48,35 +60,61 @@ def _crc(array):
     return zlib.crc32(np.ascontiguousarray(array).view(np.uint8))
 
 
-def load(path, cache_dir=None):
-    """The cached Dataset for ``path``, or None if absent, stale or damaged."""
-    entry = _entry_dir(path, cache_dir)
-    try:
-        with open(os.path.join(entry, "meta.json"), encoding="utf-8") as fh:
-            meta = json.load(fh)
-        if meta.get("identity") != identity(path):
-            return None
-        arrays = {}
-        for name, spec in meta["arrays"].items():
-            arr = np.load(os.path.join(entry, name + ".npy"), mmap_mode="r", allow_pickle=False)
-            if (str(arr.dtype) != spec["dtype"] or list(arr.shape) != spec["shape"]
-                    or _crc(arr) != spec["crc32"]):
-                return None
-            arrays[name] = arr
-        data = Dataset(path, arrays["labels"], arrays["indptr"], arrays["indices"],
-                       arrays.get("values"), arrays["feature_ids"], arrays["counts"])
-    except (OSError, ValueError, KeyError, TypeError):
+def _check(condition, what):
+    if not condition:
+        raise _Damaged(what)
+
+
+def _read_entry(entry, path, ident):
+    """The entry's Dataset; None if it belongs to another version of the file."""
+    with open(os.path.join(entry, "meta.json"), encoding="utf-8") as fh:
+        meta = json.load(fh)
+    _check(isinstance(meta, dict) and isinstance(meta.get("identity"), dict), "meta.json is not an entry")
+    if meta["identity"] != ident:
         return None
-    if data.indptr.shape[0] != data.n_rows + 1 or data.indptr[-1] != data.nnz:
-        return None
+    specs = meta.get("arrays")
+    _check(isinstance(specs, dict) and set(specs) <= set(_DTYPES)
+           and set(_DTYPES) - {"values"} <= set(specs), "meta.json lists other arrays")
+    arrays = {}
+    for name, spec in specs.items():
+        _check(isinstance(spec, dict), f"{name}: no spec")
+        arr = np.load(os.path.join(entry, name + ".npy"), mmap_mode="r", allow_pickle=False)
+        _check(str(arr.dtype) == _DTYPES[name] == spec.get("dtype") and arr.ndim == 1
+               and list(arr.shape) == spec.get("shape"), f"{name}: dtype or shape")
+        _check(_crc(arr) == spec.get("crc32"), f"{name}: checksum")
+        arrays[name] = arr
+    repeats = meta.get("rows_with_repeats")
+    _check(isinstance(repeats, int) and repeats >= 0, "rows_with_repeats")
+    data = Dataset(path, arrays["labels"], arrays["indptr"], arrays["indices"], arrays.get("values"),
+                   arrays["feature_ids"], arrays["counts"], repeats)
+    _check(data.indptr.shape[0] == data.n_rows + 1 and data.indptr[0] == 0 and data.indptr[-1] == data.nnz
+           and (data.values is None or data.values.shape[0] == data.nnz)
+           and data.feature_ids.shape == data.counts.shape, "array sizes disagree")
     return data
+
+
+def load(path, ident, cache_dir=None):
+    """The cached Dataset for ``path`` as of ``ident``, or None if absent, stale or damaged.
+
+    A damaged entry (anything unreadable or inconsistent) warns once on stderr.
+    """
+    entry = _entry_dir(path, cache_dir)
+    if not os.path.lexists(entry):
+        return None
+    try:
+        return _read_entry(entry, path, ident)
+    except Exception as exc:  # whatever fails to read or check, the entry is rebuilt
+        what = exc.args[0] if isinstance(exc, _Damaged) else f"{type(exc).__name__}: {exc}"
+        print(f"rafm: warning: damaged cache entry for {printable(path)} ({printable(str(what), 120)}); "
+              f"rebuilding it", file=sys.stderr)
+        return None
 
 
 def store(data, ident, cache_dir=None):
     """Write ``data`` as the entry of ``data.path``, taken when it had ``ident``.
 
-    ``ident`` is read before parsing, so a file changed meanwhile is not
-    trusted next time. Warns and goes on if the cache cannot be written.
+    ``ident`` is read when the file is opened, so a file changed meanwhile is
+    not trusted next time. Warns and goes on if the cache cannot be written.
     """
     entry = _entry_dir(data.path, cache_dir)
     parent = os.path.dirname(entry)
@@ -85,18 +123,21 @@ def store(data, ident, cache_dir=None):
         tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
         try:
             specs = {}
-            for name in _ARRAYS:
+            for name in _DTYPES:
                 arr = getattr(data, name)
                 if arr is None:
                     continue
                 np.save(os.path.join(tmp, name + ".npy"), arr, allow_pickle=False)
                 specs[name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "crc32": _crc(arr)}
-            meta = {"identity": ident, "arrays": specs}
+            meta = {"identity": ident, "arrays": specs, "rows_with_repeats": int(data.rows_with_repeats)}
             with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as fh:
                 json.dump(meta, fh, indent=1)
-            shutil.rmtree(entry, ignore_errors=True)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+            elif os.path.lexists(entry):
+                os.unlink(entry)
             os.replace(tmp, entry)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:
-        print(f"rafm: warning: cannot write cache in {parent}: {exc}", file=sys.stderr)
+        print(f"rafm: warning: cannot write cache in {printable(parent)}: {exc}", file=sys.stderr)

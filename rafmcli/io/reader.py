@@ -2,27 +2,32 @@
 
 The contract, in the manner of scikit-learn's svmlight reader: a path (``-`` is
 standard input; ``.gz``, ``.bz2`` and ``.xz`` are decompressed by extension) in,
-a :class:`Dataset` out. Parsing itself is the numba kernel in
-:mod:`rafmcli.parse_kernel`; this module feeds it blocks of bytes, turns its
-error codes into ``FILE:LINE: what (token)`` and keeps the binary cache.
+a :class:`Dataset` out. Every input is opened once and read once, front to
+back, so pipes, process substitutions, FIFOs and character devices read like
+files and nothing is spooled to disk. Parsing itself is the numba kernel in
+:mod:`rafmcli.io.parse_kernel`; this module cuts the stream into blocks of
+whole lines, sizes each block's arrays by the kernel's count, joins the
+blocks, turns error codes into ``FILE:LINE: what (token)`` and keeps the
+binary cache of regular files.
 """
 
 import bz2
 import gzip
 import lzma
 import os
-import shutil
+import stat
 import sys
-import tempfile
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from rafmcli.errors import InputError
+from rafmcli.errors import InputError, printable
 
 BLOCK_BYTES = 16 << 20
+MAX_LINE_BYTES = 256 << 20
 PROGRESS_MIN_BYTES = 8 << 20
+TOKEN_CHARS = 60
 BOM = b"\xef\xbb\xbf"
 
 _MESSAGES = {
@@ -34,10 +39,9 @@ _MESSAGES = {
     6: "missing value after ':'",
     7: "value is not a number",
     8: "value is not finite in float32",
-    9: "duplicate feature index in one row",
+    9: "values of a repeated feature index sum beyond float32",
     10: "missing feature index before ':'",
 }
-_DUPLICATE = 9
 
 
 @dataclass
@@ -47,6 +51,9 @@ class Dataset:
     ``values`` is None when every stored value is 1. ``feature_ids`` are the
     distinct ids present (sorted) and ``counts[j]`` is n_i for
     ``i = feature_ids[j]``: the number of rows in which it is non-zero.
+    ``rows_with_repeats`` counts the rows of the file read in which an index
+    occurred more than once (each such index holds the sum of its values);
+    a subset keeps its source's count.
     """
 
     path: str
@@ -56,6 +63,7 @@ class Dataset:
     values: np.ndarray | None
     feature_ids: np.ndarray
     counts: np.ndarray
+    rows_with_repeats: int = 0
 
     @property
     def n_rows(self):
@@ -76,7 +84,8 @@ class Dataset:
         values = None if self.values is None else np.asarray(self.values)[take]
         max_index = int(indices.max()) if indices.shape[0] else -1
         ids, counts = feature_counts(indices, max_index)
-        return Dataset(self.path, np.asarray(self.labels)[rows], indptr, indices, values, ids, counts)
+        return Dataset(self.path, np.asarray(self.labels)[rows], indptr, indices, values, ids, counts,
+                       self.rows_with_repeats)
 
     def row_values(self):
         """The values array, materialising ones when it was omitted."""
@@ -86,8 +95,11 @@ class Dataset:
 
 
 def feature_counts(indices, max_index):
-    """Distinct ids in ``indices`` and how many rows hold each (rows have no duplicates)."""
-    if max_index < 0:
+    """Distinct ids in ``indices`` and how many rows hold each (one entry per id a row).
+
+    ``max_index`` bounds the ids from above (-1 when there are none).
+    """
+    if max_index < 0 or indices.shape[0] == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     if max_index < max(1 << 22, 2 * indices.shape[0]):
         from rafmcli.io.parse_kernel import occurrences
@@ -99,17 +111,43 @@ def feature_counts(indices, max_index):
     return ids.astype(np.int32), counts.astype(np.int64)
 
 
-def _open_raw(path):
-    """Open ``path`` for binary reading; return (decoded stream, raw file)."""
-    raw = open(path, "rb")
+class _LineTooLong(Exception):
+    """A line grew past MAX_LINE_BYTES without a line end (say, /dev/zero)."""
+
+
+@dataclass
+class _Input:
+    """An opened input: the decoded byte stream, the file under it and its fstat."""
+
+    stream: object
+    raw: object
+    status: os.stat_result | None
+
+    @property
+    def regular(self):
+        return self.status is not None and stat.S_ISREG(self.status.st_mode)
+
+
+def _open(path, name):
+    """Open ``path`` once for reading; decompression is chosen by ``path``'s extension."""
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            raise InputError(f"{printable(name)}: is a socket; rafm reads files, pipes and devices "
+                             f"(pipe the socket's data into rafm as -)")
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{printable(name)}: cannot open: {exc.strerror or exc}") from None
+    status = os.fstat(raw.fileno())
     lower = path.lower()
     if lower.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw), raw
-    if lower.endswith(".bz2"):
-        return bz2.BZ2File(raw), raw
-    if lower.endswith(".xz"):
-        return lzma.LZMAFile(raw), raw
-    return raw, raw
+        stream = gzip.GzipFile(fileobj=raw)
+    elif lower.endswith(".bz2"):
+        stream = bz2.BZ2File(raw)
+    elif lower.endswith(".xz"):
+        stream = lzma.LZMAFile(raw)
+    else:
+        stream = raw
+    return _Input(stream, raw, status)
 
 
 def _fill(stream, view):
@@ -123,141 +161,221 @@ def _fill(stream, view):
     return got
 
 
-def _error(name, code, line_no, line):
-    """The one-line message for a kernel error; ``line`` is the token, or the row for duplicates."""
-    text = line.decode("utf-8", errors="replace")
-    token = text.strip()
-    what = _MESSAGES[code]
-    if code == _DUPLICATE:
-        seen = set()
-        for tok in text.split("#")[0].split()[1:]:
-            key = tok.split(":")[0]
-            if key in seen:
-                token = tok
-                break
-            seen.add(key)
-    elif code == 3 and token.lower().startswith("qid:"):
-        what = "qid tokens are not supported"
-    if len(token) > 60:
-        token = token[:57] + "..."
-    return InputError(f"{name}:{line_no}: {what} ({token})")
+def _blocks(stream, on_block=None):
+    """Yield (buf, n): blocks of whole lines, ending in LF or CR (never inside a CRLF).
 
-def _blocks(path, name, progress, desc):
-    """Yield (buf, n): blocks of whole lines, the last one ending in a newline.
-
-    A UTF-8 byte-order mark is blanked; a line longer than the buffer grows it.
+    A UTF-8 byte-order mark is blanked; a line longer than the buffer grows
+    it, up to MAX_LINE_BYTES. The last line gets an LF if it has no line end.
     """
-    from rafmcli.io.parse_kernel import last_newline
+    from rafmcli.io.parse_kernel import CR, LF, last_line_end
 
-    try:
-        stream, raw = _open_raw(path)
-    except OSError as exc:
-        raise InputError(f"{name}: cannot open: {exc.strerror or exc}") from None
-    size = os.fstat(raw.fileno()).st_size
-    bar = None
-    if progress and size >= PROGRESS_MIN_BYTES:
-        from tqdm import tqdm
-
-        bar = tqdm(total=size, unit="B", unit_scale=True, leave=False,
-                   desc=f"{desc} {os.path.basename(name)}", disable=None)
     buf = np.empty(BLOCK_BYTES + 1, dtype=np.uint8)
     tail = 0
     first = True
+    while True:
+        got = _fill(stream, memoryview(buf)[tail:-1])
+        n = tail + got
+        if first and n >= 3:
+            if bytes(buf[:3]) == BOM:
+                buf[:3] = 32
+            first = False
+        if got == 0:
+            if n and buf[n - 1] != LF and buf[n - 1] != CR:
+                buf[n] = LF
+                n += 1
+            if n:
+                yield buf, n
+            return
+        cut = last_line_end(buf, n)
+        if cut == 0:
+            if n >= MAX_LINE_BYTES:
+                raise _LineTooLong
+            grown = np.empty(2 * buf.shape[0] - 1, dtype=np.uint8)
+            grown[:n] = buf[:n]
+            buf, tail = grown, n
+            continue
+        yield buf, cut
+        first = False
+        tail = n - cut
+        buf[:tail] = buf[cut:n]
+        if on_block is not None:
+            on_block()
+
+
+@dataclass
+class _Block:
+    """One block's rows as CSR arrays of its own (``values`` empty: every value is 1)."""
+
+    labels: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    rows: int
+    nz: int
+
+
+def _repeated_sum_token(line):
+    """The first index in ``line`` whose repeated values sum beyond float32."""
+    sums = {}
+    for tok in line.split(b"#")[0].split()[1:]:
+        idx, _, val = tok.partition(b":")
+        sums[idx] = sums.get(idx, 0.0) + float(np.float32(float(val) if val else 1.0))
+        if not abs(sums[idx]) <= float(np.finfo(np.float32).max):
+            return idx
+    return line
+
+
+def _error(name, code, line_no, span):
+    """The one-line message for a kernel error; ``span`` is the token's bytes."""
+    from rafmcli.io.parse_kernel import ERR_INDEX, ERR_SUM_INF
+
+    what = _MESSAGES[code]
+    token = span.strip()
+    if code == ERR_SUM_INF:
+        token = _repeated_sum_token(span)
+    elif code == ERR_INDEX and token.lower().startswith(b"qid:"):
+        what = "qid tokens are not supported"
+    return InputError(f"{printable(name)}:{line_no}: {what} ({printable(token, TOKEN_CHARS)})")
+
+
+def _parse_block(buf, n, line_no, with_values, name):
+    """Count, then fill, one block; returns (_Block, lines, max_index, rows with repeats)."""
+    from rafmcli.io.parse_kernel import ERR_FULL, NEED_VALUES, count_block, parse_block
+
+    lines, tokens, ones = count_block(buf, n)
+    labels = np.empty(lines, dtype=np.float64)
+    indptr = np.empty(lines + 1, dtype=np.int64)
+    indptr[0] = 0
+    indices = np.empty(tokens, dtype=np.int32)
+    values = np.empty(tokens if with_values or not ones else 0, dtype=np.float32)
+    result = parse_block(buf, n, line_no, labels, indptr, indices, values)
+    if result[0] == NEED_VALUES:
+        values = np.empty(tokens, dtype=np.float32)
+        result = parse_block(buf, n, line_no, labels, indptr, indices, values)
+    code, end_line, rows, nz, max_index, repeats, a, b = result
+    if code == ERR_FULL:
+        raise AssertionError(f"parse_block overran the counts of its own block (line {end_line})")
+    if code:
+        raise _error(name, code, end_line, bytes(buf[a:b]))
+    assert end_line == line_no + lines, "count_block and parse_block disagree on line ends"
+    return _Block(labels, indptr, indices, values, rows, nz), lines, max_index, repeats
+
+
+def _join(blocks):
+    """Concatenate block arrays in order, releasing each block once it is copied.
+
+    Returns (labels, indptr, indices, values or None).
+    """
+    if len(blocks) == 1:
+        b = blocks.pop()
+        return (b.labels[:b.rows], b.indptr[:b.rows + 1], b.indices[:b.nz],
+                b.values[:b.nz] if b.values.shape[0] else None)
+    rows = sum(b.rows for b in blocks)
+    nz = sum(b.nz for b in blocks)
+    labels = np.empty(rows, dtype=np.float64)
+    indptr = np.empty(rows + 1, dtype=np.int64)
+    indptr[0] = 0
+    indices = np.empty(nz, dtype=np.int32)
+    values = np.empty(nz, dtype=np.float32) if any(b.values.shape[0] for b in blocks) else None
+    r = z = 0
+    blocks.reverse()
+    while blocks:
+        b = blocks.pop()
+        labels[r:r + b.rows] = b.labels[:b.rows]
+        np.add(b.indptr[1:b.rows + 1], z, out=indptr[r + 1:r + b.rows + 1])
+        indices[z:z + b.nz] = b.indices[:b.nz]
+        if values is not None:
+            values[z:z + b.nz] = b.values[:b.nz] if b.values.shape[0] else 1.0
+        r, z = r + b.rows, z + b.nz
+        del b
+    return labels, indptr, indices, values
+
+
+def _parse(source, name, progress=False, desc="reading"):
+    """Parse an opened input in one pass; a regular file that changes meanwhile is an error."""
+    bar = None
+    if progress and source.regular and source.status.st_size >= PROGRESS_MIN_BYTES:
+        from tqdm import tqdm
+
+        bar = tqdm(total=source.status.st_size, unit="B", unit_scale=True, leave=False,
+                   desc=f"{desc} {os.path.basename(name)}", disable=None)
+    blocks = []
+    line_no = repeats = 0
+    max_index = -1
+    with_values = False
     try:
-        with raw, stream:
-            while True:
-                got = _fill(stream, memoryview(buf)[tail:-1])
-                n = tail + got
-                if first and bytes(buf[:3]) == BOM:
-                    buf[:3] = 32
-                first = False
-                if got == 0:
-                    if n and buf[n - 1] != 10:
-                        buf[n] = 10
-                        n += 1
-                    if n:
-                        yield buf, n
-                    break
-                cut = last_newline(buf, n)
-                if cut == 0:
-                    grown = np.empty(2 * buf.shape[0] - 1, dtype=np.uint8)
-                    grown[:n] = buf[:n]
-                    buf, tail = grown, n
-                    continue
-                yield buf, cut
-                tail = n - cut
-                buf[:tail] = buf[cut:n]
-                if bar is not None:
-                    bar.update(raw.tell() - bar.n)
-    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
-        raise InputError(f"{name}: cannot decompress: {exc}") from None
+        with source.raw, source.stream:
+            try:
+                for buf, n in _blocks(source.stream, bar and (lambda: bar.update(source.raw.tell() - bar.n))):
+                    block, lines, mx, rep = _parse_block(buf, n, line_no, with_values, name)
+                    blocks.append(block)
+                    with_values = with_values or block.values.shape[0] > 0
+                    line_no += lines
+                    max_index = max(max_index, mx)
+                    repeats += rep
+            except _LineTooLong:
+                raise InputError(f"{printable(name)}:{line_no + 1}: line longer than "
+                                 f"{MAX_LINE_BYTES:,} bytes") from None
+            if source.regular:
+                now = os.fstat(source.raw.fileno())
+                before = source.status
+                if (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                    raise InputError(f"{printable(name)}: changed while reading")
+    except (EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise InputError(f"{printable(name)}: cannot decompress: {exc}") from None
     except OSError as exc:
-        raise InputError(f"{name}: cannot read: {exc}") from None
+        if source.stream is not source.raw and (isinstance(exc, gzip.BadGzipFile) or exc.errno is None):
+            raise InputError(f"{printable(name)}: cannot decompress: {exc}") from None
+        raise InputError(f"{printable(name)}: cannot read: {exc.strerror or exc}") from None
     finally:
         if bar is not None:
             bar.close()
+    labels, indptr, indices, values = _join(blocks)
+    if values is not None and np.all(values == 1):
+        values = None
+    ids, counts = feature_counts(indices, max_index)
+    return Dataset(name, labels, indptr, indices, values, ids, counts, repeats)
 
 
 def parse_file(path, progress=False, name=None):
-    """Parse ``path``: a counting pass bounds the arrays, a second pass fills them.
+    """Parse ``path`` (any readable file, pipe or device), without the cache.
 
     ``name`` is how errors and the Dataset call the file (default: ``path``).
     """
-    from rafmcli.io.parse_kernel import count_block, parse_block
-
     name = path if name is None else name
-    lines = tokens = 0
-    ones = True
-    for buf, n in _blocks(path, name, progress, "counting"):
-        li, t, o = count_block(buf, n)
-        lines, tokens, ones = lines + li, tokens + t, ones and o
-    labels = np.empty(lines, dtype=np.float64)
-    indptr = np.zeros(lines + 1, dtype=np.int64)
-    indices = np.empty(tokens, dtype=np.int32)
-    values = np.empty(0 if ones else tokens, dtype=np.float32)
-    line_no = rows = nz = 0
-    max_index = -1
-    for buf, n in _blocks(path, name, progress, "parsing"):
-        code, line_no, rows, nz, mx, a, b = parse_block(
-            buf, n, line_no, rows, nz, labels, indptr, indices, values)
-        if code:
-            raise _error(name, code, line_no, bytes(buf[a:b]))
-        max_index = max(max_index, mx)
-    indices = indices[:nz]
-    values = values[:nz] if values.shape[0] and not np.all(values[:nz] == 1) else None
-    ids, counts = feature_counts(indices, max_index)
-    return Dataset(name, labels[:rows], indptr[:rows + 1], indices, values, ids, counts)
+    return _parse(_open(path, name), name, progress)
 
 
-def _spool_stdin():
-    """Copy standard input to a temporary file so it can be read twice."""
-    spool = tempfile.NamedTemporaryFile(prefix="rafm-stdin-", delete=False)
-    with spool:
-        shutil.copyfileobj(sys.stdin.buffer, spool, BLOCK_BYTES)
-    return spool.name
+def parse_stdin(progress=False):
+    """Parse standard input, as ``<stdin>``, in one pass."""
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:
+        raise InputError("<stdin>: cannot read: standard input is closed")
+    return _parse(_Input(stdin, stdin, None), "<stdin>", progress)
 
 
 def read_dataset(path, use_cache=True, cache_dir=None, progress=False):
     """Read a libSVM/libFM file, through the binary cache unless told not to.
 
-    ``-`` reads standard input (never cached).
+    ``-`` reads standard input. Only regular files are cached; pipes, FIFOs
+    and devices are read once, like standard input.
     """
     if path == "-":
-        spooled = _spool_stdin()
-        try:
-            return parse_file(spooled, progress, name="<stdin>")
-        finally:
-            os.unlink(spooled)
-    if not use_cache:
-        return parse_file(path, progress)
+        return parse_stdin(progress)
+    source = _open(path, path)
+    if not (use_cache and source.regular):
+        return _parse(source, path, progress)
     from rafmcli.io import cache
 
-    data = cache.load(path, cache_dir)
-    if data is None:
-        try:
-            ident = cache.identity(path)
-        except OSError as exc:
-            raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
-        data = parse_file(path, progress)
-        cache.store(data, ident, cache_dir)
+    ident = cache.identity(path, source.status)
+    try:
+        data = cache.load(path, ident, cache_dir)
+    except BaseException:
+        source.raw.close()
+        raise
+    if data is not None:
+        source.raw.close()
+        return data
+    data = _parse(source, path, progress)
+    cache.store(data, ident, cache_dir)
     return data

@@ -304,7 +304,7 @@ def test_fill_never_writes_out_of_bounds():
         indices = np.full(tokens + 5, guard, dtype=np.int32)
         values = np.full(tokens + 5, guard, dtype=np.float32)
         indptr[0] = 0
-        code, line, *_ = K.parse_block(text, len(text), 0, labels[:rows], indptr[:rows + 1], indices[:tokens],
+        code, line, *_ = K.parse_block(text, len(text), 0, 0, labels[:rows], indptr[:rows + 1], indices[:tokens],
                                         values[:tokens])
         assert code == K.ERR_FULL
         assert (labels[rows:] == guard).all() and (indptr[rows + 1:] == guard).all()

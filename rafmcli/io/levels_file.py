@@ -62,7 +62,7 @@ def read_levels_file(path, m):
         if not _DIGITS.fullmatch(feature):
             raise _bad(where, "feature is not a non-negative integer", feature)
         if int(feature) > INT32_MAX:
-            raise _bad(where, "feature exceeds 2147483647 (int32)", feature)
+            raise _bad(where, "feature exceeds 2147483647", feature)
         if not _DIGITS.fullmatch(level) or not 1 <= int(level) <= m:
             raise _bad(where, f"level must be 1..{m}", level)
         if int(feature) in seen:

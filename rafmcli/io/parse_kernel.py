@@ -246,13 +246,17 @@ def _sum_repeats(indices, values, a, b):
 
 
 @njit(cache=True)
-def parse_block(buf, n, line_no, labels, indptr, indices, values):
-    """Parse ``buf[:n]`` (whole lines) into fresh CSR arrays for this block.
+def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
+    """Parse ``buf[:n]`` (whole lines) into the CSR arrays, from their start.
 
-    ``line_no`` is the number of lines before the block; ``indptr[0]`` must
-    be 0; ``values`` is written unless it is empty (then every value must be
-    1, else NEED_VALUES). Sized by ``count_block`` the arrays are long enough;
-    a row that would not fit returns ERR_FULL instead of writing.
+    The arrays are the free tails of the file's arrays: row k of the block
+    goes to ``labels[k]``, its entries to ``indices`` (and ``values``) from
+    ``indptr[k] - nz_base`` and ``indptr[k + 1]`` gets ``nz_base`` plus the
+    block's entries so far; ``indptr[0]`` is not touched. ``line_no`` is the
+    number of lines before the block. ``values`` is written unless it is
+    empty (then every value must be 1, else NEED_VALUES). With room for the
+    lines and tokens ``count_block`` reports the arrays are long enough; a
+    row that would not fit returns ERR_FULL instead of writing.
     Returns (error, line_no, rows, nz, max_index, rows_with_repeats,
     err_start, err_end): on error ``line_no`` is the offending line and the
     span its token (for ERR_SUM_INF, the line).
@@ -353,7 +357,7 @@ def parse_block(buf, n, line_no, labels, indptr, indices, values):
             repeats += 1
         labels[row] = label
         row += 1
-        indptr[row] = nz
+        indptr[row] = nz_base + nz
         pos = _next_line(buf, pos, n)
     return OK, line_no, row, nz, max_index, repeats, 0, 0
 

@@ -202,18 +202,6 @@ def _blocks(stream, on_block=None):
             on_block()
 
 
-@dataclass
-class _Block:
-    """One block's rows as CSR arrays of its own (``values`` empty: every value is 1)."""
-
-    labels: np.ndarray
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    rows: int
-    nz: int
-
-
 def _repeated_sum_token(line):
     """The first index in ``line`` whose repeated values sum beyond float32."""
     sums = {}
@@ -238,78 +226,103 @@ def _error(name, code, line_no, span):
     return InputError(f"{printable(name)}:{line_no}: {what} ({printable(token, TOKEN_CHARS)})")
 
 
-def _parse_block(buf, n, line_no, with_values, name):
-    """Count, then fill, one block; returns (_Block, lines, max_index, rows with repeats)."""
-    from rafmcli.io.parse_kernel import ERR_FULL, NEED_VALUES, count_block, parse_block
+class _Arrays:
+    """The file's CSR arrays, filled block by block.
+
+    Before each block, ``reserve`` makes room for the lines and tokens
+    ``count_block`` found in it. Capacity grows geometrically by copying,
+    towards ``expected`` times what the first blocks needed when the input's
+    size is known (``expected`` = total bytes / bytes so far); unused
+    capacity is never written, so it costs address space, not memory.
+    """
+
+    def __init__(self):
+        self.labels = np.empty(0, dtype=np.float64)
+        self.indptr = np.zeros(1, dtype=np.int64)
+        self.indices = np.empty(0, dtype=np.int32)
+        self.values = None
+        self.rows = self.nz = 0
+
+    @staticmethod
+    def _grown(array, need, expected, keep, exact=False):
+        """``array`` with room for ``need`` items, its first ``keep`` kept."""
+        if array.shape[0] >= need:
+            return array
+        size = need if exact else max(need, int(need * expected * 1.05) + 64,
+                                      int(array.shape[0] * (1.25 if expected > 1 else 2)))
+        grown = np.empty(size, dtype=array.dtype)
+        grown[:keep] = array[:keep]
+        return grown
+
+    def reserve(self, lines, tokens, with_values, expected=1.0):
+        """Room for ``lines`` more rows and ``tokens`` more entries (and values if asked)."""
+        rows, nz = self.rows + lines, self.nz + tokens
+        self.labels = self._grown(self.labels, rows, expected, self.rows)
+        self.indptr = self._grown(self.indptr, rows + 1, expected, self.rows + 1)
+        self.indices = self._grown(self.indices, nz, expected, self.nz)
+        if with_values and self.values is None:
+            self.values = np.empty(self.indices.shape[0], dtype=np.float32)
+            self.values[:self.nz] = 1.0
+        elif self.values is not None:
+            self.values = self._grown(self.values, self.indices.shape[0], 1.0, self.nz, exact=True)
+
+    def parse(self, buf, n, line_no):
+        """``parse_block`` into the free tails; returns its result."""
+        from rafmcli.io.parse_kernel import parse_block
+
+        values = self.values[self.nz:] if self.values is not None else np.empty(0, dtype=np.float32)
+        return parse_block(buf, n, line_no, self.nz, self.labels[self.rows:], self.indptr[self.rows:],
+                           self.indices[self.nz:], values)
+
+    def final(self):
+        """(labels, indptr, indices, values or None), exactly as long as the data."""
+        values = None if self.values is None else self.values[:self.nz]
+        return self.labels[:self.rows], self.indptr[:self.rows + 1], self.indices[:self.nz], values
+
+
+def _parse_block(arrays, buf, n, line_no, name, expected):
+    """Count, then fill, one block; returns (lines, max_index, rows with repeats)."""
+    from rafmcli.io.parse_kernel import ERR_FULL, NEED_VALUES, count_block
 
     lines, tokens, ones = count_block(buf, n)
-    labels = np.empty(lines, dtype=np.float64)
-    indptr = np.empty(lines + 1, dtype=np.int64)
-    indptr[0] = 0
-    indices = np.empty(tokens, dtype=np.int32)
-    values = np.empty(tokens if with_values or not ones else 0, dtype=np.float32)
-    result = parse_block(buf, n, line_no, labels, indptr, indices, values)
+    arrays.reserve(lines, tokens, not ones, expected)
+    result = arrays.parse(buf, n, line_no)
     if result[0] == NEED_VALUES:
-        values = np.empty(tokens, dtype=np.float32)
-        result = parse_block(buf, n, line_no, labels, indptr, indices, values)
+        arrays.reserve(lines, tokens, True)
+        result = arrays.parse(buf, n, line_no)
     code, end_line, rows, nz, max_index, repeats, a, b = result
     if code == ERR_FULL:
         raise AssertionError(f"parse_block overran the counts of its own block (line {end_line})")
     if code:
         raise _error(name, code, end_line, bytes(buf[a:b]))
     assert end_line == line_no + lines, "count_block and parse_block disagree on line ends"
-    return _Block(labels, indptr, indices, values, rows, nz), lines, max_index, repeats
-
-
-def _join(blocks):
-    """Concatenate block arrays in order, releasing each block once it is copied.
-
-    Returns (labels, indptr, indices, values or None).
-    """
-    if len(blocks) == 1:
-        b = blocks.pop()
-        return (b.labels[:b.rows], b.indptr[:b.rows + 1], b.indices[:b.nz],
-                b.values[:b.nz] if b.values.shape[0] else None)
-    rows = sum(b.rows for b in blocks)
-    nz = sum(b.nz for b in blocks)
-    labels = np.empty(rows, dtype=np.float64)
-    indptr = np.empty(rows + 1, dtype=np.int64)
-    indptr[0] = 0
-    indices = np.empty(nz, dtype=np.int32)
-    values = np.empty(nz, dtype=np.float32) if any(b.values.shape[0] for b in blocks) else None
-    r = z = 0
-    blocks.reverse()
-    while blocks:
-        b = blocks.pop()
-        labels[r:r + b.rows] = b.labels[:b.rows]
-        np.add(b.indptr[1:b.rows + 1], z, out=indptr[r + 1:r + b.rows + 1])
-        indices[z:z + b.nz] = b.indices[:b.nz]
-        if values is not None:
-            values[z:z + b.nz] = b.values[:b.nz] if b.values.shape[0] else 1.0
-        r, z = r + b.rows, z + b.nz
-        del b
-    return labels, indptr, indices, values
+    arrays.rows += rows
+    arrays.nz += nz
+    return lines, max_index, repeats
 
 
 def _parse(source, name, progress=False, desc="reading"):
     """Parse an opened input in one pass; a regular file that changes meanwhile is an error."""
-    bar = None
+    bar = on_block = None
     if progress and source.regular and source.status.st_size >= PROGRESS_MIN_BYTES:
         from tqdm import tqdm
 
         bar = tqdm(total=source.status.st_size, unit="B", unit_scale=True, leave=False,
                    desc=f"{desc} {os.path.basename(name)}", disable=None)
-    blocks = []
+
+        def on_block():
+            bar.update(source.raw.tell() - bar.n)
+    arrays = _Arrays()
     line_no = repeats = 0
     max_index = -1
-    with_values = False
     try:
         with source.raw, source.stream:
             try:
-                for buf, n in _blocks(source.stream, bar and (lambda: bar.update(source.raw.tell() - bar.n))):
-                    block, lines, mx, rep = _parse_block(buf, n, line_no, with_values, name)
-                    blocks.append(block)
-                    with_values = with_values or block.values.shape[0] > 0
+                for buf, n in _blocks(source.stream, on_block):
+                    expected = 1.0
+                    if source.regular:  # total bytes / bytes so far, compressed or not
+                        expected = max(source.status.st_size / max(source.raw.tell(), 1), 1.0)
+                    lines, mx, rep = _parse_block(arrays, buf, n, line_no, name, expected)
                     line_no += lines
                     max_index = max(max_index, mx)
                     repeats += rep
@@ -330,7 +343,7 @@ def _parse(source, name, progress=False, desc="reading"):
     finally:
         if bar is not None:
             bar.close()
-    labels, indptr, indices, values = _join(blocks)
+    labels, indptr, indices, values = arrays.final()
     if values is not None and np.all(values == 1):
         values = None
     ids, counts = feature_counts(indices, max_index)

@@ -51,3 +51,33 @@ def evaluate(task, labels, predictions):
     logloss = -np.mean(np.where(positive, np.log(p), np.log1p(-p)))
     return {"logloss": float(logloss), "auc": auc(positive, predictions),
             "accuracy": float(np.mean((predictions > 0.5) == positive))}
+
+
+def sampled_auc(scores):
+    """AUC of each positive against its own sampled negatives: scores [n, 1+K], column 0
+    the positive; the fraction of (positive, negative) pairs ordered right, ties half."""
+    scores = np.asarray(scores)
+    if scores.shape[0] == 0 or scores.shape[1] < 2:
+        return float("nan")
+    pos, neg = scores[:, :1], scores[:, 1:]
+    return float(np.mean((pos > neg) + 0.5 * (pos == neg)))
+
+
+def hit_ndcg(higher, ties, k):
+    """Mean HR@k and NDCG@k of one relevant item per row (Krichene and Rendle, KDD 2020).
+
+    ``higher[r]`` candidates score above row r's positive and ``ties[r]``
+    equal it; the positive is placed uniformly among its ties, so a constant
+    model scores no better than chance. The ideal DCG is 1.
+    """
+    higher = np.asarray(higher, dtype=np.int64)
+    ties = np.asarray(ties, dtype=np.int64)
+    if higher.shape[0] == 0:
+        return float("nan"), float("nan")
+    span = ties + 1
+    hit = np.clip(k - higher, 0, span) / span
+    discount = np.concatenate([[0.0], np.cumsum(1.0 / np.log2(np.arange(k) + 2.0))])
+    first = np.minimum(higher, k)
+    last = np.minimum(higher + span, k)
+    dcg = (discount[last] - discount[first]) / span
+    return float(hit.mean()), float(dcg.mean())

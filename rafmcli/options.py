@@ -36,6 +36,16 @@ class Options:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+    # --task implicit (Feat2Vec negative sampling; solvers/implicit.py)
+    negatives: int = 5
+    alpha1: float = 0.75
+    alpha2: float = 0.75
+    loss: str = "logistic"
+    nce: bool = True
+    reject_positives: bool = False
+    negative_groups: tuple | None = None
+    eval_group: int | None = None
+    top_k: int = 10
 
 
 DEFAULTS = Options()

@@ -26,7 +26,10 @@ def kernel_rows(model, data):
 
 
 def finish(model, scores):
-    """Probabilities for classification; values clipped to the training range for regression."""
+    """Probabilities for classification; values clipped to the training range for regression;
+    raw scores (log-odds of a row against noise) for implicit models."""
+    if model.task == "implicit":
+        return scores
     if model.task == "c":
         return 1.0 / (1.0 + np.exp(-np.clip(scores, -700, 700)))
     return np.clip(scores, model.target_min, model.target_max)

@@ -1,7 +1,8 @@
 """Model files: a zip archive (readable with any unzip tool) of ``model.json``
 (format version, kind, task, ranks, target range, training options, metrics)
 and ``.npy`` arrays: ``feature_ids`` (original id of each internal feature),
-``levels`` (k_i), ``w`` and ``V``. No pickle is involved.
+``levels`` (k_i), ``w`` and ``V``; implicit models add their group values
+(:class:`rafmcli.model.vocabulary.Vocabulary`). No pickle is involved.
 """
 
 import functools
@@ -29,6 +30,8 @@ def write(model, fh):
         **model.info,
     }
     arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
+    if model.vocabulary is not None:
+        arrays.update(model.vocabulary.arrays())
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr("model.json", json.dumps(header, indent=1))
         for name, arr in arrays.items():
@@ -80,6 +83,13 @@ def load(path):
                     arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
             with zf.open("V.npy") as fh:
                 arrays["V"] = _read_aligned(fh)
+            vocabulary = None
+            if "group_of.npy" in zf.namelist():
+                from rafmcli.model.vocabulary import Vocabulary
+
+                vocabulary = Vocabulary.from_arrays(
+                    {name: np.lib.format.read_array(zf.open(name + ".npy"), allow_pickle=False)
+                     for name in Vocabulary.ARRAYS})
     except InputError:
         raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -87,7 +97,7 @@ def load(path):
     info = {k: v for k, v in header.items() if k in ("options", "training")}
     model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
                   arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
-                  float(header["target_min"]), float(header["target_max"]), info)
+                  float(header["target_min"]), float(header["target_max"]), info, vocabulary)
     n = model.feature_ids.shape[0]
     if (model.levels.shape[0] != n or model.w.shape[0] != n
             or model.V.shape[0] != int((model.sizes * model.widths).sum())

@@ -34,7 +34,7 @@ def aligned_copy(a):
 @dataclass
 class Model:
     kind: str                 # "fm", "rafm" or "difacto"
-    task: str                 # "r" or "c"
+    task: str                 # "r", "c" or "implicit"
     ranks: tuple              # D_1 < ... < D_m (FM: one rank)
     feature_ids: np.ndarray   # int32: original id of internal feature j
     levels: np.ndarray        # int8: k_j in 1..m, non-increasing in j
@@ -44,6 +44,7 @@ class Model:
     target_min: float
     target_max: float
     info: dict = field(default_factory=dict)
+    vocabulary: object = None  # implicit models: group values (model.vocabulary.Vocabulary)
 
     @property
     def nested(self):

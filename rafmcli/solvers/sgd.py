@@ -43,7 +43,32 @@ def initial_bias(task, labels):
     return math.log(rate / (1 - rate))
 
 
-def _optimizer_state(method, model):
+def feature_levels(data, ranks, levels_override=None):
+    """k_i of every feature of ``data`` by Eq. 17, then the ``--levels`` file's (ids, levels)."""
+    levels = assign_levels(data.counts, ranks)
+    if levels_override is not None:
+        ids, lv = levels_override
+        pos = np.searchsorted(data.feature_ids, ids)
+        pos = np.minimum(pos, max(data.feature_ids.shape[0] - 1, 0))
+        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
+        levels[pos[hit]] = lv[hit]
+    return levels
+
+
+def hyper_vector(opts, model):
+    """The kernels' float tunables (slots K.H_*)."""
+    hyper = np.zeros(K.N_HYPER)
+    hyper[K.H_LR] = opts.learn_rate
+    hyper[K.H_LR_DEP] = opts.learn_rate if opts.dependent_rate is None else opts.dependent_rate
+    hyper[K.H_REG0], hyper[K.H_REG1] = opts.reg_bias, opts.reg_linear
+    hyper[K.H_DEP_WEIGHT] = opts.dependent_weight
+    hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = opts.beta1, opts.beta2, opts.eps
+    hyper[K.H_YMIN], hyper[K.H_YMAX] = model.target_min, model.target_max
+    hyper[K.H_BIAS_ON], hyper[K.H_LINEAR_ON] = float(opts.bias), float(opts.linear)
+    return hyper
+
+
+def optimizer_state(method, model):
     """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused).
 
     accV1 and accV2 share V's layout and its cache-line alignment.
@@ -63,8 +88,8 @@ class Log:
     at the end, or a stream written as training goes) or None for no log.
     """
 
-    def __init__(self, fh, task):
-        self.columns = ("epoch", "seconds", "train_loss") + metrics.names(task)
+    def __init__(self, fh, task, metric_names=None):
+        self.columns = ("epoch", "seconds", "train_loss") + tuple(metric_names or metrics.names(task))
         self.fh = fh
         if self.fh:
             self.fh.write("\t".join(self.columns) + "\n")
@@ -94,13 +119,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     """
     m = len(opts.ranks)
     rng = np.random.default_rng(opts.seed)
-    levels = assign_levels(data.counts, opts.ranks)
-    if levels_override is not None:
-        ids, lv = levels_override
-        pos = np.searchsorted(data.feature_ids, ids)
-        pos = np.minimum(pos, max(data.feature_ids.shape[0] - 1, 0))
-        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
-        levels[pos[hit]] = lv[hit]
+    levels = feature_levels(data, opts.ranks, levels_override)
     w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
     labels = np.asarray(data.labels, dtype=np.float64)
     model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
@@ -108,15 +127,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     rows = kernel_rows(model, data)
     kdata = (rows[0], rows[1], rows[2], labels)
     vrows = kernel_rows(model, validation) if validation is not None else None
-    state = _optimizer_state(opts.method, model)
-    hyper = np.zeros(K.N_HYPER)
-    hyper[K.H_LR] = opts.learn_rate
-    hyper[K.H_LR_DEP] = opts.learn_rate if opts.dependent_rate is None else opts.dependent_rate
-    hyper[K.H_REG0], hyper[K.H_REG1] = opts.reg_bias, opts.reg_linear
-    hyper[K.H_DEP_WEIGHT] = opts.dependent_weight
-    hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = opts.beta1, opts.beta2, opts.eps
-    hyper[K.H_YMIN], hyper[K.H_YMAX] = model.target_min, model.target_max
-    hyper[K.H_BIAS_ON], hyper[K.H_LINEAR_ON] = float(opts.bias), float(opts.linear)
+    state = optimizer_state(opts.method, model)
+    hyper = hyper_vector(opts, model)
     reg_v = np.asarray(per_level(opts.reg_factors, m), dtype=np.float64)
     kmodel = model.kernel_model()
     watch = metrics.early_stop_metric(opts.task)

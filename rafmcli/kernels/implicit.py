@@ -1,0 +1,376 @@
+"""One epoch of implicit (positives-only) training: Feat2Vec negative sampling (numba).
+
+For each positive row x+ (its group values ``row_values[r]``): draw ONE group
+g (probability proportional to c_g^alpha1), then K values of g from Q2
+(:mod:`rafmcli.kernels.sampling`); negative k is x+ with g's value replaced
+by value k. All K+1 rows share the context (every group but g), so the
+context's sums S_l, T_l, Q_l, R_l (Theorem 3) are computed once and each row
+adds only its own value's features: a positive with K negatives costs about
+two explicit rows, not K+1.
+
+Losses on the scores y_j (j = 0 the positive), with s_j = y_j - log(K Q2(v_j))
+under the NCE correction (Feat2Vec's p(y=1|x) = e^y / (e^y + K Q2(x_g))) and
+s_j = y_j without it (word2vec's negative sampling):
+
+* logistic: -log sigma(s_0) - Sum_k log sigma(-s_k); dL/dy_0 = sigma(s_0) - 1,
+  dL/dy_k = sigma(s_k).
+* softmax: LSE(0, s_1 - s_0, ..., s_K - s_0) = LSE(s) - s_0; dL/dy_j = softmax(s)_j - [j = 0].
+
+Each row j gives its factors the usual gradients (rafm-notes, "Gradients of
+B_{1,p}"): a_j x (S^j_l - v x) + b_j x (S^j_l - T^j_l). A context feature
+is in every row, so its gradient is the sum over j, which is one step with
+x (Sum_j a_j S^j_l + Sum_j b_j (S^j_l - T^j_l)) - (Sum_j a_j) v x^2: the
+per-level sums are formed once per positive, then every context feature
+steps once. The steps are those of :mod:`rafmcli.kernels.sgd`.
+
+numba caches this file's kernels keyed by this file only: after editing
+kernels/sgd.py, forward.py or sampling.py, clear ``__pycache__`` (the tests
+compile into a cache named after all sources).
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from rafmcli.kernels.forward import FAST, row_start, sigmoid, top_level
+from rafmcli.kernels.sampling import draw_alias, draw_values
+from rafmcli.kernels.sgd import (
+    ADAGRAD,
+    ADAM,
+    GRADIENT,
+    H_BETA1,
+    H_BETA2,
+    H_BIAS_ON,
+    H_DEP_WEIGHT,
+    H_EPS,
+    H_LINEAR_ON,
+    H_LR,
+    H_LR_DEP,
+    H_REG0,
+    H_REG1,
+    PAPER,
+    SGD,
+    _step,
+    _step_factors,
+)
+
+LOGISTIC = 0
+SOFTMAX = 1
+
+# slots of the integer configuration vector
+C_NEGATIVES, C_LOSS, C_NCE, C_NESTED, C_VARIANT, C_TRIES = range(6)
+N_CONF = 6
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, so, Q, R, qo):
+    """Add features feat[a:b] (values xs) to one row's sums: S, T at offset ``so``,
+    Q, R at ``qo`` (the accumulation half of ``forward.row_forward``)."""
+    m = widths.shape[0]
+    for k in range(a, b):
+        i = feat[k]
+        x = xs[k]
+        top = top_level(lev, i, m)
+        for l in range(top + 1):
+            start = row_start(offsets, widths, l, i)
+            o = np.uint64(so + soff[l])
+            q = np.float32(0.0)
+            if nested and l < top:
+                for f in range(np.uint64(widths[l])):
+                    vx = V[start + f] * x
+                    S[o + f] += vx
+                    T[o + f] += vx
+                    q += vx * vx
+                R[qo + l] += q
+            else:
+                for f in range(np.uint64(widths[l])):
+                    vx = V[start + f] * x
+                    S[o + f] += vx
+                    q += vx * vx
+            Q[qo + l] += q
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, bo):
+    """B[bo + p] = B_{1,p+1} from a row's sums (Theorem 3); returns B_{1,m}."""
+    m = soff.shape[0] - 1
+    total = 0.0
+    for l in range(m):
+        ss = np.float32(0.0)
+        for f in range(np.uint64(so + soff[l]), np.uint64(so + soff[l + 1])):
+            ss += S[f] * S[f]
+        total += 0.5 * (ss - Q[qo + l])
+        if nested and l > 0:
+            tt = np.float32(0.0)
+            for f in range(np.uint64(so + soff[l - 1]), np.uint64(so + soff[l])):
+                tt += T[f] * T[f]
+            total -= 0.5 * (tt - R[qo + l - 1])
+        B[bo + l] = total
+    return total
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def linear_sum(a, b, feat, xs, w):
+    s = 0.0
+    for k in range(a, b):
+        s += w[feat[k]] * xs[k]
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def row_gradients(y, shift, K, loss_kind, grad):
+    """Loss of one positive (j = 0) and its K negatives on s_j = y_j - shift_j;
+    fills grad[j] = dL/dy_j (module notes)."""
+    loss = 0.0
+    if loss_kind == LOGISTIC:
+        for j in range(K + 1):
+            s = y[j] - shift[j]
+            z = -s if j == 0 else s  # loss log(1 + e^z), dL/ds = sign * sigmoid(z)
+            e = np.exp(-abs(z))
+            loss += max(z, 0.0) + np.log1p(e)
+            p = 1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e)
+            grad[j] = -p if j == 0 else p
+    else:
+        top = -np.inf
+        for j in range(K + 1):
+            top = max(top, y[j] - shift[j])
+        z = 0.0
+        for j in range(K + 1):
+            grad[j] = np.exp(y[j] - shift[j] - top)
+            z += grad[j]
+        loss = np.log(z) + top - (y[0] - shift[0])
+        for j in range(K + 1):
+            grad[j] /= z
+        grad[0] -= 1.0
+    return loss
+
+
+@njit(cache=True, error_model="numpy")
+def sampled_losses(y, shift, loss_kind):
+    """Per-positive loss of rows y[n, K+1] (column 0 the positive), shifts as y."""
+    n, K = y.shape[0], y.shape[1] - 1
+    out = np.empty(n)
+    grad = np.empty(K + 1)
+    for r in range(n):
+        out[r] = row_gradients(y[r], shift[r], K, loss_kind, grad)
+    return out
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def row_coefficients(g, lin, B, m, nested, variant, dep_weight, a_free, a_dep, b_dep, d, jo):
+    """Factor-gradient coefficients of one row (as the explicit kernel): a_free for
+    a feature's top level, a_dep and b_dep for its dependent levels, at offset jo."""
+    for p in range(m):
+        a_free[jo + p] = g
+        a_dep[jo + p] = 0.0
+        b_dep[jo + p] = 0.0
+    if nested and m > 1:
+        for p in range(m - 1):
+            d[p] = sigmoid(lin + B[jo + p]) - sigmoid(lin + B[jo + p + 1])
+        if variant == PAPER:
+            for p in range(m - 1):
+                a_dep[jo + p] = d[p]
+        else:
+            tail = 0.0  # Sum_{q >= p} d[q]
+            for p in range(m - 1, -1, -1):
+                a_free[jo + p] = g + dep_weight * tail
+                if p < m - 1:
+                    a_dep[jo + p] = dep_weight * d[p]
+                    b_dep[jo + p] = g + dep_weight * (tail - d[p])
+                if p > 0:
+                    tail += d[p - 1]
+
+
+def _make_trainers(method):
+    """Serial and Hogwild epoch kernels with the optimizer ``method`` fixed (as kernels/sgd.py)."""
+
+    @njit(cache=True, error_model="numpy", fastmath=FAST)
+    def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
+                        rng, t, forced):
+        """Positives order[lo:hi], each with its K negatives; returns the summed loss.
+
+        ``forced`` (tests): a [n, K+2] array of (group, values...) to use instead
+        of drawing; empty to draw.
+        """
+        row_values = rows
+        vptr, vfeat, vx = vocab
+        group_ptr, group_prob, group_alias, value_prob, value_alias, logq, table = noise
+        lev, widths, offsets, V, w, w0 = model
+        accV1, accV2, accw1, accw2, acc0 = state
+        K, loss_kind, nce = conf[C_NEGATIVES], conf[C_LOSS], conf[C_NCE]
+        nested, variant, tries = conf[C_NESTED] != 0, conf[C_VARIANT], conf[C_TRIES]
+        G = row_values.shape[1]
+        m = widths.shape[0]
+        soff = np.zeros(m + 1, dtype=np.int64)
+        for l in range(m):
+            soff[l + 1] = soff[l] + widths[l]
+        W = soff[m]
+        n_slots = K + 2  # slot 0: the context; slot j + 1: row j
+        S = np.empty(n_slots * W, dtype=np.float32)
+        T = np.empty(n_slots * W, dtype=np.float32)
+        Q = np.empty(n_slots * m)
+        R = np.empty(n_slots * m)
+        B = np.empty((K + 1) * m)
+        y = np.empty(K + 1)
+        lin = np.empty(K + 1)
+        grad = np.empty(K + 1)
+        shift = np.empty(K + 1)
+        log_k = np.log(K)
+        vals = np.empty(K + 1, dtype=np.int64)
+        a_free = np.empty((K + 1) * m)
+        a_dep = np.empty((K + 1) * m)
+        b_dep = np.empty((K + 1) * m)
+        d = np.zeros(m)
+        sum_free = np.empty(W, dtype=np.float32)  # Sum_j a_free_j S^j
+        sum_dep = np.empty(W, dtype=np.float32)   # Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
+        coef_free = np.empty(m)
+        coef_dep = np.empty(m)
+        beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
+        lr, lr_dep_base, dep_weight = hyper[H_LR], hyper[H_LR_DEP], hyper[H_DEP_WEIGHT]
+        loss = 0.0
+        for pos in range(lo, hi):
+            r = order[pos]
+            if forced.shape[0]:
+                g = forced[pos, 0]
+                for j in range(K + 1):
+                    vals[j] = forced[pos, j + 1]
+            else:
+                g = draw_alias(0, G, group_prob, group_alias, rng, t)
+                draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals,
+                            rng, t)
+            # the context's sums, then each row's
+            S[:W] = 0.0
+            T[:W] = 0.0
+            Q[:m] = 0.0
+            R[:m] = 0.0
+            lin_ctx = w0[0]
+            for h in range(G):
+                if h != g:
+                    u = row_values[r, h]
+                    add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
+                             S, T, 0, Q, R, 0)
+                    lin_ctx += linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
+            for j in range(K + 1):
+                so, qo = (j + 1) * W, (j + 1) * m
+                S[so:so + W] = S[:W]
+                T[so:so + W] = T[:W]
+                Q[qo:qo + m] = Q[:m]
+                R[qo:qo + m] = R[:m]
+                u = vals[j]
+                add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
+                         S, T, so, Q, R, qo)
+                lin[j] = lin_ctx + linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
+                y[j] = lin[j] + pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, j * m)
+            for j in range(K + 1):
+                shift[j] = logq[vals[j]] + log_k if nce else 0.0
+            loss += row_gradients(y, shift, K, loss_kind, grad)
+            lr_step, lr_dep = lr, lr_dep_base
+            if method == ADAM:
+                step = step0 + pos - lo + 1
+                corr = np.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+                lr_step, lr_dep = lr * corr, lr_dep_base * corr
+            if nested and m > 1 and variant != PAPER:
+                lr_dep = lr_step
+            g_lin = 0.0
+            for j in range(K + 1):
+                row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free, a_dep,
+                                 b_dep, d, j * m)
+                g_lin += grad[j]
+            # per-level sums over the rows for the context features
+            sum_free[:] = 0.0
+            sum_dep[:] = 0.0
+            for l in range(m):
+                coef_free[l] = 0.0
+                coef_dep[l] = 0.0
+                for j in range(K + 1):
+                    af = np.float32(a_free[j * m + l])
+                    ad = np.float32(a_dep[j * m + l])
+                    bd = np.float32(b_dep[j * m + l])
+                    coef_free[l] += a_free[j * m + l]
+                    coef_dep[l] += a_dep[j * m + l]
+                    so = (j + 1) * W
+                    for f in range(soff[l], soff[l + 1]):
+                        s = S[so + f]
+                        sum_free[f] += af * s
+                        sum_dep[f] += ad * s + bd * (s - T[so + f])
+            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+                  method, beta1, beta2, eps)
+            lr_linear = lr_step * hyper[H_LINEAR_ON]
+            for h in range(G):
+                if h == g:
+                    continue
+                u = row_values[r, h]
+                for k in range(vptr[u], vptr[u + 1]):
+                    i = vfeat[k]
+                    x = vx[k]
+                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                          beta1, beta2, eps)
+                    top = top_level(lev, i, m)
+                    for l in range(top + 1):
+                        start = row_start(offsets, widths, l, i)
+                        width = np.uint64(widths[l])
+                        so = np.uint64(soff[l])
+                        # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
+                        # cb = 0 and coef_l x in the place of x
+                        if nested and l < top:
+                            _step_factors(V, accV1, accV2, start, width, sum_dep, sum_dep, so, x, 0.0,
+                                          coef_dep[l] * x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        else:
+                            _step_factors(V, accV1, accV2, start, width, sum_free, sum_free, so, x, 0.0,
+                                          coef_free[l] * x, reg_v[l], lr_step, method, beta1, beta2, eps)
+            for j in range(K + 1):
+                u = vals[j]
+                for k in range(vptr[u], vptr[u + 1]):
+                    i = vfeat[k]
+                    x = vx[k]
+                    _step(w, i, accw1, i, accw2, i, grad[j] * x + hyper[H_REG1] * w[i], lr_linear, method,
+                          beta1, beta2, eps)
+                    top = top_level(lev, i, m)
+                    for l in range(top + 1):
+                        start = row_start(offsets, widths, l, i)
+                        width = np.uint64(widths[l])
+                        so = np.uint64((j + 1) * W + soff[l])
+                        c = j * m + l
+                        if nested and l < top:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[c] * x,
+                                          b_dep[c] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        else:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[c] * x, 0.0,
+                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+        return loss
+
+    @njit(cache=True, error_model="numpy")
+    def serial(order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, forced):
+        return train_positives(order, 0, order.shape[0], step0, rows, vocab, noise, model, state, hyper,
+                               reg_v, conf, rng, 0, forced)
+
+    @njit(cache=True, error_model="numpy", parallel=True)
+    def hogwild(order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng):
+        n = order.shape[0]
+        losses = np.zeros(n_threads)
+        forced = np.empty((0, 0), dtype=np.int64)
+        for t in prange(n_threads):
+            lo = t * n // n_threads
+            hi = (t + 1) * n // n_threads
+            losses[t] = train_positives(order, lo, hi, step0 + lo, rows, vocab, noise, model, state, hyper,
+                                        reg_v, conf, rng, t, forced)
+        return losses.sum()
+
+    return serial, hogwild
+
+
+_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
+NO_FORCING = np.empty((0, 0), dtype=np.int64)
+
+
+def train_epoch(order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, method,
+                forced=NO_FORCING):
+    """One pass over the positives ``order`` on one thread (stream rng[0]); returns the summed loss."""
+    return _TRAINERS[method][0](order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng,
+                                forced)
+
+
+def train_epoch_hogwild(order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
+                        rng, method):
+    """One pass with ``n_threads`` lock-free workers, worker t drawing from stream rng[t]."""
+    return _TRAINERS[method][1](order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v,
+                                conf, rng)

@@ -7,6 +7,8 @@ Two kinds of data:
   real-valued feature; the target comes from a planted FM (rank 4) so a
   model has something to learn. Regression targets are the FM score plus
   noise; classification labels are Bernoulli(sigmoid(score)) in {0, 1}.
+  ``implicit.*`` are positives only (user, item with its genres, hour) with
+  their group file ``implicit.meta``: users pick items by planted tastes.
 * ``zipf``: large files for the benchmarks (ids Zipf-distributed over a
   vocabulary, labels random or planted), written fast.
 
@@ -116,6 +118,39 @@ def write_samples(outdir, seed=7):
                 fh.write(f"# rafm synthetic {task} {split}: python -m rafmcli.synth samples --seed {seed}\n")
                 write_rows(fh, y[rows], ptr - lo, indices[lo:hi], values[lo:hi])
             start += n
+    write_implicit_samples(outdir, seed)
+
+
+IMPLICIT_SIZES = {"user": 300, "item": 200, "genre": 8, "hour": 24}
+IMPLICIT_SPLITS = (("train", 4000), ("validation", 400), ("test", 400))
+
+
+def write_implicit_samples(outdir, seed):
+    """data_samples/implicit.{train,validation,test}.libfm and implicit.meta (the groups).
+
+    A row: label 1, a user, an item with its genres (value 1/#genres; the
+    item and its genres form one group) and an hour that means nothing.
+    User u picks item i with probability proportional to
+    popularity_i * exp(3 <t_u, t_i>), tastes t of rank 2.
+    """
+    rng = np.random.default_rng(seed + 1)
+    n_user, n_item, n_genre, n_hour = IMPLICIT_SIZES.values()
+    item0, genre0, hour0 = n_user, n_user + n_item, n_user + n_item + n_genre
+    users, items = rng.normal(0, 1, (n_user, 2)), rng.normal(0, 1, (n_item, 2))
+    genres = [sorted(rng.choice(n_genre, rng.integers(1, 3), replace=False)) for _ in range(n_item)]
+    popularity = 1.0 / np.arange(1, n_item + 1) ** 0.8
+    with open(os.path.join(outdir, "implicit.meta"), "w", encoding="ascii") as fh:
+        fh.write("0\n" * n_user + "1\n" * (n_item + n_genre) + "2\n" * n_hour)
+    for split, n in IMPLICIT_SPLITS:
+        with open(os.path.join(outdir, f"implicit.{split}.libfm"), "w", encoding="ascii") as fh:
+            for u in zipf_ids(rng, n, n_user, 0.6):
+                p = popularity * np.exp(3 * items @ users[u])
+                i = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
+                i = min(i, n_item - 1)
+                tokens = [f"{u}:1", f"{item0 + i}:1"]
+                tokens += [f"{genre0 + g}:{1 / len(genres[i]):.4g}" for g in genres[i]]
+                tokens.append(f"{hour0 + rng.integers(n_hour)}:1")
+                fh.write("1 " + " ".join(tokens) + "\n")
 
 
 @click.group()

@@ -116,3 +116,35 @@ def pair_loop(kind, ids, vals, levels, ranks, V, cap=None):
                 vi, vj = factor(V, widths, offsets, i, k), factor(V, widths, offsets, j, k)
             total += float(vi @ vj) * vals[a] * vals[b]
     return total
+
+
+def read_word2vec(text):
+    """A word2vec text file (gensim's ``binary=False`` format) as {token: vector}, checked
+    against its ``count dim`` header."""
+    lines = text.rstrip("\n").split("\n")
+    count, dim = (int(t) for t in lines[0].split())
+    vectors = {}
+    for line in lines[1:]:
+        token, *numbers = line.rstrip().split(" ")
+        assert len(numbers) == dim, line
+        vectors[token] = np.array([float(v) for v in numbers], dtype=np.float32)
+    assert len(vectors) == count == len(lines) - 1
+    return vectors
+
+
+def implicit_loss(y, shift, kind):
+    """Loss of a positive y[0] and its negatives y[1:] on s = y - shift (kernels/implicit.py)."""
+    s = np.asarray(y, dtype=np.float64) - np.asarray(shift, dtype=np.float64)
+    if kind == "logistic":
+        return float(np.log1p(np.exp(-s[0])) + np.log1p(np.exp(s[1:])).sum())
+    top = s.max()
+    return float(top + np.log(np.exp(s - top).sum()) - s[0])
+
+
+def group_values(rows, group_of):
+    """Each row's group values as tuples of sorted (id, value): {group: [tuple per row]}."""
+    out = {}
+    n_groups = int(max(group_of)) + 1
+    for g in range(n_groups):
+        out[g] = [tuple(sorted((i, float(np.float32(x))) for i, x in row if group_of[i] == g)) for row in rows]
+    return out

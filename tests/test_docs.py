@@ -15,7 +15,8 @@ from rafmcli.cli import main
 
 MAN = os.path.join(ROOT, "man")
 PAGES = {"rafm.1": None, "rafm-train.1": "train", "rafm-predict.1": "predict",
-         "rafm-stats.1": "stats", "rafm-dump.1": "dump", "rafm-files.5": None}
+         "rafm-stats.1": "stats", "rafm-dump.1": "dump", "rafm-recommend.1": "recommend",
+         "rafm-embed.1": "embed", "rafm-similar.1": "similar", "rafm-files.5": None}
 
 
 def read(page):
@@ -45,7 +46,7 @@ def documented_options(page):
     entries, current = {}, None
     for k, line in enumerate(lines):
         if line.startswith(".TP") and k + 1 < len(lines):
-            names = re.findall(r"--[a-z][a-z-]*", unroff(lines[k + 1]))
+            names = re.findall(r"--[a-z][a-z0-9-]*", unroff(lines[k + 1]))
             current = names
             for n in names:
                 entries[n] = []

@@ -40,6 +40,23 @@ class FloatListType(click.ParamType):
 
 
 FLOATS = FloatListType()
+
+
+class GroupListType(click.ParamType):
+    """Comma-separated group ids (non-negative integers)."""
+
+    name = "G,G,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        tokens = [t.strip() for t in value.split(",")]
+        if not all(t.isdigit() for t in tokens):
+            self.fail(f"expected comma-separated group ids ({value})", param, ctx)
+        return tuple(sorted({int(t) for t in tokens}))
+
+
+GROUP_LIST = GroupListType()
 INPUT = click.Path(dir_okay=False, allow_dash=True)
 
 
@@ -113,3 +130,26 @@ def warn_unseen(name, occurrences, distinct):
     if occurrences:
         click.echo(f"rafm: {name}: {occurrences:,} occurrences of {distinct:,} features unseen in "
                    f"training contribute nothing", err=True)
+
+
+MODEL = click.Path(exists=True, dir_okay=False)
+TOP_K = click.IntRange(1)
+
+
+def load_model(path, groups=False):
+    """A model file; with ``groups``, one trained on implicit data (it knows its feature groups)."""
+    from rafmcli.errors import InputError
+    from rafmcli.model import files as model_files
+
+    model = model_files.load(path)
+    if groups and model.vocabulary is None:
+        raise InputError(f"{path}: the model has no feature groups (train it with --task implicit)")
+    return model
+
+
+def check_group(model, path, group):
+    """``group`` must hold features of the model."""
+    from rafmcli.errors import InputError
+
+    if group >= model.vocabulary.n_groups or not (model.vocabulary.group_of == group).any():
+        raise InputError(f"{path}: group {group} has no features in the model")

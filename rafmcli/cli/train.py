@@ -5,6 +5,7 @@ import click
 from rafmcli.cli.options import (
     BINARY_OUTPUT,
     FLOATS,
+    GROUP_LIST,
     INPUT,
     OUTPUT,
     RANKS,
@@ -31,9 +32,10 @@ def _shown(values):
 
 
 @click.command()
-@click.option("--task", type=click.Choice(["r", "c"]), required=True,
+@click.option("--task", type=click.Choice(["r", "c", "implicit"]), required=True,
               help="r: regression (square loss); c: binary classification (logistic loss, "
-                   "label > 0 is positive).")
+                   "label > 0 is positive); implicit: every row a positive (label > 0), negatives "
+                   "sampled by feature group (needs --meta).")
 @click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
 @click.option("--validation", type=INPUT,
               help="Validation file: metrics after each epoch, early stopping, best epoch kept.")
@@ -78,6 +80,31 @@ def _shown(values):
               help="Training threads (lock-free Hogwild SGD over rows when > 1).")
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
               help="Stop after this many epochs without a better validation metric (RMSE or logloss); 0: never.")
+@click.option("--meta", type=click.Path(dir_okay=False),
+              help="Feature groups (libFM's group file: line n holds the group of feature n).")
+@click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
+              help="Implicit: negatives per positive, all made by resampling one group.")
+@click.option("--alpha1", type=click.FloatRange(0), default=D.alpha1, show_default=True,
+              help="Implicit: the resampled group is drawn with probability proportional to c^alpha1, "
+                   "c its number of distinct features.")
+@click.option("--alpha2", type=click.FloatRange(0), default=D.alpha2, show_default=True,
+              help="Implicit: a group's new value is drawn with probability proportional to its "
+                   "training count^alpha2 (0: uniform).")
+@click.option("--loss", type=click.Choice(["logistic", "softmax"]), default=D.loss, show_default=True,
+              help="Implicit: logistic (each row against noise) or softmax (the positive against "
+                   "its negatives, LSE(0, y_k - y_0, ...)).")
+@click.option("--nce/--no-nce", default=D.nce, show_default=True,
+              help="Implicit: correct each score by -log(K Q2(value)) (Feat2Vec's noise-contrastive "
+                   "form); --no-nce is plain negative sampling.")
+@click.option("--reject-positives", is_flag=True, default=D.reject_positives,
+              help="Implicit: draw a negative again when it is a training row.")
+@click.option("--negative-groups", type=GROUP_LIST,
+              help="Implicit: resample only these groups (comma-separated).  [default: all]")
+@click.option("--eval-group", type=click.IntRange(0),
+              help="Implicit: rank each validation row's value of this group among all its values "
+                   "(HR@K, NDCG@K full and with 100 sampled); early stopping then watches NDCG@K.")
+@click.option("--top-k", type=click.IntRange(1), default=D.top_k, show_default=True,
+              help="Implicit: K of HR@K and NDCG@K.")
 @click.option("--rlog", type=OUTPUT,
               help="Tab-separated log, one row per epoch: epoch, seconds, train_loss, validation metrics; "
                    "- for stdout.")
@@ -85,7 +112,8 @@ def _shown(values):
 @no_cache_option
 def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
           levels_file, method, iters, learn_rate, dependent_rate, variant, dependent_weight, regular,
-          init_stdev, bias, linear, seed, threads, early_stop, rlog, quiet, no_cache):
+          init_stdev, bias, linear, seed, threads, early_stop, meta, negatives, alpha1, alpha2, loss, nce,
+          reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
     Each feature gets its rank level by the log-nearest rule (paper Eq. 17)
@@ -118,9 +146,23 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         import numba
 
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    implicit = task == "implicit"
+    if implicit and not meta:
+        raise click.UsageError("--task implicit needs --meta FILE (the feature groups)")
+    groups = None
+    if meta:
+        from rafmcli.io.groups import read_groups
+
+        groups = read_groups(meta)
     levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
     data = _nonempty(read(train_file, no_cache, quiet))
     valid = _nonempty(read(validation, no_cache, quiet)) if validation else None
+    if implicit:
+        from rafmcli.io.reader import require_positive_labels
+
+        for name, part in ((train_file, data), (validation, valid)):
+            if part is not None:
+                require_positive_labels(name, part)
     test_data = read(test, no_cache, quiet) if test else None
     if valid is None and holdout > 0:
         data, valid = holdout_split(data, holdout, seed)
@@ -137,7 +179,10 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
-                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout)
+                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout,
+                   negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
+                   reject_positives=reject_positives, negative_groups=negative_groups,
+                   eval_group=eval_group, top_k=top_k)
     import functools
 
     from rafmcli.io.output import Outputs, format_predictions
@@ -148,8 +193,15 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     with Outputs() as outputs:
         log = outputs.open(rlog) if rlog else None
         override = None if levels_override is None else (levels_override.ids, levels_override.levels)
-        model, _ = run_training(data, opts, validation=valid, levels_override=override,
-                                rlog=log, quiet=quiet, echo=lambda m: click.echo(m, err=True))
+        echo = lambda m: click.echo(m, err=True)  # noqa: E731
+        if implicit:
+            from rafmcli.solvers.implicit import train as run_implicit
+
+            model, _ = run_implicit(data, groups, opts, validation=valid, levels_override=override,
+                                    rlog=log, quiet=quiet, echo=echo)
+        else:
+            model, _ = run_training(data, opts, validation=valid, levels_override=override,
+                                    rlog=log, quiet=quiet, echo=echo)
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
         if test_data is not None:

@@ -392,3 +392,38 @@ def read_dataset(path, use_cache=True, cache_dir=None, progress=False):
     data = _parse(source, path, progress)
     cache.store(data, ident, cache_dir)
     return data
+
+
+def data_line_number(path, row):
+    """The line number of data row ``row`` (0-based) of a regular file, for messages
+    (None for pipes and devices, which cannot be read twice).
+
+    Follows the parser's rules: LF, CRLF and lone CR end lines; blank lines and
+    ``#`` comment lines hold no row.
+    """
+    import io
+
+    source = _open(path, path)
+    if not source.regular:
+        source.raw.close()
+        return None
+    with source.raw, io.TextIOWrapper(source.stream, encoding="latin-1", newline=None) as text:
+        seen = -1
+        for line_no, line in enumerate(text, 1):
+            if line_no == 1 and line.startswith(BOM.decode("latin-1")):
+                line = line[len(BOM):]
+            if line.split("#")[0].strip():
+                seen += 1
+                if seen == row:
+                    return line_no
+    return None
+
+
+def require_positive_labels(name, data):
+    """Implicit data: every row is a positive, so every label must be > 0 (as --task c reads it)."""
+    bad = np.flatnonzero(~(np.asarray(data.labels) > 0))
+    if bad.shape[0]:
+        line = data_line_number(name, int(bad[0])) if name != "-" else None
+        where = f"{printable(name)}:{line}" if line else f"{printable(name)}: row {bad[0] + 1}"
+        raise InputError(f"{where}: implicit data holds positives only; label must be > 0 "
+                         f"({data.labels[bad[0]]:g})")

@@ -306,17 +306,14 @@ def _make_trainers(method):
                           beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
-                        start = row_start(offsets, widths, l, i)
-                        width = np.uint64(widths[l])
-                        so = np.uint64(soff[l])
                         # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
                         # cb = 0 and coef_l x in the place of x
-                        if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, sum_dep, sum_dep, so, x, 0.0,
-                                          coef_dep[l] * x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                        else:
-                            _step_factors(V, accV1, accV2, start, width, sum_free, sum_free, so, x, 0.0,
-                                          coef_free[l] * x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                        dependent = nested and l < top
+                        sums = sum_dep if dependent else sum_free
+                        coef = coef_dep[l] if dependent else coef_free[l]
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                                      sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
+                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
             for j in range(K + 1):
                 u = vals[j]
                 for k in range(vptr[u], vptr[u + 1]):
@@ -326,16 +323,13 @@ def _make_trainers(method):
                           beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
-                        start = row_start(offsets, widths, l, i)
-                        width = np.uint64(widths[l])
-                        so = np.uint64((j + 1) * W + soff[l])
                         c = j * m + l
-                        if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[c] * x,
-                                          b_dep[c] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                        else:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[c] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                        dependent = nested and l < top
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                                      S, T, np.uint64((j + 1) * W + soff[l]),
+                                      (a_dep[c] if dependent else a_free[c]) * x,
+                                      b_dep[c] * x if dependent else 0.0, x, reg_v[l],
+                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
         return loss
 
     @njit(cache=True, error_model="numpy")

@@ -72,24 +72,20 @@ def _alone(a, b, feat, xs, lev, widths, offsets, V, w, nested, soff, S, T, Q, R,
     return linear_sum(a, b, feat, xs, w) + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, parallel=True)
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def candidate_constants(lo, hi, vptr, vfeat, vx, lev, widths, offsets, V, w, nested):
     """const(c) of values lo..hi-1 (module notes)."""
     m = widths.shape[0]
     soff = np.zeros(m + 1, dtype=np.int64)
     for l in range(m):
         soff[l + 1] = soff[l] + widths[l]
-    n = hi - lo
-    out = np.empty(n)
-    n_chunks = min(n, 64)
-    for c in prange(n_chunks):
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        Q, R, B = np.empty(m), np.empty(m), np.empty(m)
-        for j in range(c * n // n_chunks, (c + 1) * n // n_chunks):
-            v = lo + j
-            out[j] = _alone(vptr[v], vptr[v + 1], vfeat, vx, lev, widths, offsets, V, w, nested, soff,
-                            S, T, Q, R, B)
+    out = np.empty(hi - lo)
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
+    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    for v in range(lo, hi):
+        out[v - lo] = _alone(vptr[v], vptr[v + 1], vfeat, vx, lev, widths, offsets, V, w, nested, soff,
+                             S, T, Q, R, B)
     return out
 
 

@@ -38,7 +38,8 @@ def watched(opts, ranked):
 def train(data, groups, opts, validation=None, levels_override=None, rlog=None, quiet=False,
           progress=True, echo=print):
     """Train on positive rows ``data`` with feature ``groups`` (io.groups.Groups);
-    returns (model, history of per-epoch dicts).
+    returns (model, history of per-epoch dicts). ``rlog``: a text file for the
+    per-epoch table, or None.
 
     With ``validation`` (positives), keeps the best epoch by validation NDCG@k
     of ``opts.eval_group`` (or, without one, by the validation loss) and stops
@@ -124,7 +125,6 @@ def train(data, groups, opts, validation=None, levels_override=None, rlog=None, 
             elif opts.early_stop and epoch - best[1] >= opts.early_stop:
                 break
     finally:
-        log.close()
         if bar is not None:
             bar.close()
     if best[2] is not None:

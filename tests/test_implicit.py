@@ -1,0 +1,555 @@
+"""Implicit data: group values, Feat2Vec sampling, gradients (finite differences, Theorem 1),
+recommend against brute force, embeddings, and the commands end to end."""
+
+import itertools
+
+import numpy as np
+import pytest
+from naive import group_values, implicit_loss, pair_loop, read_word2vec
+
+from rafmcli.kernels import implicit as KI
+from rafmcli.kernels import sgd as KS
+from rafmcli.kernels.sampling import draw_negatives
+from rafmcli.model.layout import build
+from rafmcli.model.vocabulary import build_vocabulary, noise_tables, rng_streams
+
+# internal features 0-2: group 0 (one-hot), 3-5: group 1 (one-hot), 6-7: group 2 (several a row)
+GROUP_OF = np.array([0, 0, 0, 1, 1, 1, 2, 2], dtype=np.int32)
+ROWS = [[(0, 1.0), (3, 1.0), (6, 0.5), (7, 0.5)],
+        [(1, 1.0), (4, 1.0), (6, 1.0)],
+        [(2, 1.0), (5, 1.0)],
+        [(0, 1.0), (4, 1.0), (7, 1.0)],
+        [(1, 1.0), (3, 1.0), (6, 0.5), (7, 0.5)],
+        [(0, 1.0), (4, 1.0), (6, 1.0)]]
+
+
+def csr(rows):
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+    ids = np.array([i for r in rows for i, _ in r], dtype=np.int32)
+    xs = np.array([x for r in rows for _, x in r], dtype=np.float32)
+    return indptr, ids, xs
+
+
+def tiny(kind="fm", ranks=(3,), seed=0):
+    rng = np.random.default_rng(seed)
+    levels = rng.integers(1, len(ranks) + 1, GROUP_OF.shape[0])
+    levels[0] = len(ranks)  # some feature on the top level
+    model = build(kind, "implicit", ranks, np.arange(GROUP_OF.shape[0]), levels, 0.5, rng, 0.2, (0.0, 0.0))
+    model.w[:] = rng.normal(0, 0.5, GROUP_OF.shape[0])
+    vocab, row_values = build_vocabulary(csr(ROWS), GROUP_OF, 3)  # ROWS hold internal ids
+    model.vocabulary = vocab
+    return model, vocab, row_values
+
+
+def chi2_bound(df, z=3.29):
+    """Upper 0.0005 quantile of chi-square(df) (Wilson-Hilferty)."""
+    return df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2(observed, expected):
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
+# ---- group values ---------------------------------------------------------------
+
+def test_vocabulary_matches_a_plain_reading():
+    model, vocab, row_values = tiny()
+    plain = group_values(ROWS, GROUP_OF)
+    for g in range(3):
+        seen = {}
+        for r, value in enumerate(plain[g]):
+            seen.setdefault(value, []).append(r)
+        lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
+        assert hi - lo == len(seen)
+        for value, rows in seen.items():
+            v = row_values[rows[0], g]
+            assert lo <= v < hi and all(row_values[r, g] == v for r in rows)
+            entries = tuple(zip(vocab.feat[vocab.ptr[v]:vocab.ptr[v + 1]].tolist(),
+                                vocab.x[vocab.ptr[v]:vocab.ptr[v + 1]].tolist()))
+            assert entries == value and vocab.count[v] == len(rows)
+    # the empty value (row 2 has no group 2) comes first, so candidates are one range
+    assert vocab.ptr[vocab.group_ptr[2]] == vocab.ptr[vocab.group_ptr[2] + 1]
+    assert vocab.candidates(2) == (vocab.group_ptr[2] + 1, vocab.group_ptr[3])
+    assert vocab.distinct_features().tolist() == [3, 3, 2]
+
+
+def test_lookup_finds_known_values_and_marks_unknown():
+    _, vocab, row_values = tiny()
+    assert np.array_equal(vocab.lookup(csr(ROWS)), row_values)
+    unknown = vocab.lookup(csr([[(0, 1.0), (3, 2.0), (6, 1.0), (7, 1.0)]]))  # 3:2 and {6,7} unseen
+    assert unknown[0, 0] == row_values[0, 0] and unknown[0, 1] == -1 and unknown[0, 2] == -1
+
+
+# ---- sampling ----------------------------------------------------------------------
+
+def counts_vocabulary(counts_per_group):
+    """A vocabulary of one-hot groups whose value v of group g occurs counts[g][v] times."""
+    rows, ids, group_of = [], [], []
+    for g, counts in enumerate(counts_per_group):
+        ids.append(np.arange(len(counts)) + len(group_of))
+        group_of += [g] * len(counts)
+    n = max(sum(c) for c in counts_per_group)
+    columns = [np.repeat(ids[g], counts) for g, counts in enumerate(counts_per_group)]
+    for r in range(n):
+        rows.append([(int(col[r % len(col)]), 1.0) for col in columns])
+    return build_vocabulary(csr(rows), np.array(group_of, np.int32), len(counts_per_group))
+
+
+@pytest.mark.parametrize("alpha1,alpha2", [(0.75, 0.75), (0.0, 0.0), (1.0, 0.5)])
+def test_group_and_value_frequencies(alpha1, alpha2):
+    counts = [[1, 4, 9, 16, 30], [2, 60], [5, 5, 5, 20, 1, 1, 3]]
+    vocab, row_values = counts_vocabulary(counts)
+    noise = noise_tables(vocab, alpha1, alpha2)
+    n, K = 60000, 4
+    rows = np.tile(row_values, (n // row_values.shape[0] + 1, 1))[:n]
+    groups, vals = draw_negatives(rows, noise.group_ptr, noise.group_prob, noise.group_alias,
+                                  noise.value_prob, noise.value_alias, noise.table, 0, K, rng_streams(3, 1))
+    c = np.array([len(x) for x in counts], dtype=float)
+    p_group = c ** alpha1 / (c ** alpha1).sum()
+    observed = np.bincount(groups, minlength=3)
+    assert chi2(observed, n * p_group) < chi2_bound(2)
+    assert chi2(observed, n * np.full(3, 1 / 3)) > chi2_bound(2) or alpha1 == 0  # the test has power
+    for g in range(3):
+        drawn = vals[groups == g, 1:].ravel() - vocab.group_ptr[g]
+        assert drawn.min() >= 0 and drawn.max() < len(counts[g])
+        by_value = np.bincount(drawn, minlength=len(counts[g]))
+        # value ids follow first appearance; map back to the counts they stand for
+        q = vocab.count[vocab.group_ptr[g]:vocab.group_ptr[g + 1]].astype(float) ** alpha2
+        assert chi2(by_value, drawn.shape[0] * q / q.sum()) < chi2_bound(len(counts[g]) - 1)
+        if alpha2 == 0:
+            assert np.allclose(q / q.sum(), 1 / len(counts[g]))
+        np.testing.assert_allclose(noise.logq[vocab.group_ptr[g]:vocab.group_ptr[g + 1]], np.log(q / q.sum()))
+
+
+def test_negatives_differ_from_their_positive_in_one_group():
+    from rafmcli.ranking import fixed_negatives
+
+    _, vocab, row_values = tiny()
+    plain = group_values(ROWS, GROUP_OF)
+    for reject in (False, True):
+        noise = noise_tables(vocab, 0.75, 0.75, row_values=row_values if reject else None)
+        sampled = fixed_negatives(vocab, noise, csr(ROWS), 7, 50 if reject else 0, seed=1)
+        indptr, ids, xs = sampled.negatives
+        negatives = [list(zip(ids[a:b].tolist(), xs[a:b].tolist())) for a, b in zip(indptr[:-1], indptr[1:])]
+        neg_values = group_values(negatives, GROUP_OF)
+        training = set(zip(*(plain[g] for g in range(3))))
+        for j in range(len(negatives)):
+            r = j // 7
+            differing = [g for g in range(3) if neg_values[g][j] != plain[g][r]]
+            assert len(differing) <= 1
+            if reject:
+                assert len(differing) == 1
+                assert tuple(neg_values[g][j] for g in range(3)) not in training
+
+
+# ---- gradients -----------------------------------------------------------------------
+
+REG = (0.05, 0.1, 0.2)
+
+
+def hyper_vector(dep_weight=0.7):
+    hyper = np.zeros(KS.N_HYPER)
+    hyper[KS.H_LR] = hyper[KS.H_LR_DEP] = 1.0
+    hyper[KS.H_REG0], hyper[KS.H_REG1] = REG[0], REG[1]
+    hyper[KS.H_DEP_WEIGHT] = dep_weight
+    hyper[KS.H_BIAS_ON] = hyper[KS.H_LINEAR_ON] = 1.0
+    return hyper
+
+
+def kernel_gradient(model, vocab, row_values, noise, conf, order, forced=None, reg=REG, seed=0):
+    """Summed GRADIENT-mode gradients over positives ``order``: (dw0, dw, dV)."""
+    lev, widths, offsets, V, w, w0 = model.kernel_model()
+    state = (np.zeros_like(V), np.zeros(0, np.float32), np.zeros_like(w), np.zeros(0, np.float32), np.zeros(2))
+    hyper = hyper_vector()
+    hyper[KS.H_REG0], hyper[KS.H_REG1] = reg[0], reg[1]
+    reg_v = np.full(len(model.ranks), reg[2])
+    forced = KI.NO_FORCING if forced is None else np.asarray(forced, np.int64)
+    KI.train_epoch(np.asarray(order, np.int64), 0, row_values, (vocab.ptr, vocab.feat, vocab.x),
+                   noise.kernel_tuple(), (lev, widths, offsets, V, w, w0), state, hyper, reg_v, conf,
+                   rng_streams(seed, 1), KS.GRADIENT, forced)
+    return state[4][0], state[2].astype(np.float64), state[0].astype(np.float64)
+
+
+def config(K, loss, nce, nested, variant):
+    conf = np.zeros(KI.N_CONF, np.int64)
+    conf[KI.C_NEGATIVES], conf[KI.C_LOSS], conf[KI.C_NCE] = K, loss, nce
+    conf[KI.C_NESTED], conf[KI.C_VARIANT] = nested, variant
+    return conf
+
+
+def substituted(vocab, row_values, r, g, v):
+    """Features of row r with group g's value replaced by value v."""
+    out = []
+    for h in range(row_values.shape[1]):
+        u = v if h == g else row_values[r, h]
+        out += list(zip(vocab.feat[vocab.ptr[u]:vocab.ptr[u + 1]].tolist(),
+                        vocab.x[vocab.ptr[u]:vocab.ptr[u + 1]].tolist()))
+    return out
+
+
+def naive_rows(model, rows, cap=None):
+    """(lin, pairwise) of each row by the pair loop."""
+    out = []
+    for row in rows:
+        ids, vals = [i for i, _ in row], [x for _, x in row]
+        lin = model.w0 + sum(float(model.w[i]) * x for i, x in row)
+        out.append((lin, pair_loop(model.kind, ids, vals, model.levels, model.ranks, model.V, cap)))
+    return out
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _distill(a, b, lin):
+    pa, pb = _sigmoid(lin + a), _sigmoid(lin + b)
+    return -(pb * np.log(pa) + (1 - pb) * np.log(1 - pa))
+
+
+def objective(model, rows, shift, loss, variant, coordinate, targets, reg_count):
+    """What the kernel's step on factor ``coordinate`` descends (tests/test_kernels.py's
+    _objective, summed over the positive and its negatives)."""
+    widths, offsets = model.widths, model.offsets
+    level = int(np.searchsorted(offsets, coordinate, side="right"))
+    feature = (coordinate - offsets[level - 1]) // widths[level - 1]
+    m = len(model.ranks)
+    scored = naive_rows(model, rows)
+    main = implicit_loss([lin + pair for lin, pair in scored], shift, loss)
+    reg = 0.5 * REG[2] * reg_count * float(model.V[coordinate]) ** 2
+    if not model.nested or m == 1:
+        return main + reg
+    truncated = [naive_rows(model, rows, cap=p) for p in range(1, m)]
+    if variant == KS.PAPER:
+        if level == model.levels[feature]:
+            return main + reg
+        return sum(_distill(truncated[level - 1][j][1], targets[j][level + 1], scored[j][0])
+                   for j in range(len(rows))) + reg
+    return main + 0.7 * sum(_distill(truncated[p - 1][j][1], targets[j][p + 1], scored[j][0])
+                            for j in range(len(rows)) for p in range(1, m)) + reg
+
+
+@pytest.mark.parametrize("loss,nce", [("logistic", True), ("logistic", False), ("softmax", False),
+                                      ("softmax", True)])
+@pytest.mark.parametrize("kind,ranks,variant", [("fm", (3,), KS.PAPER), ("difacto", (2, 4), KS.PAPER),
+                                                ("rafm", (2, 3), KS.PAPER), ("rafm", (2, 3), KS.JOINT)])
+def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
+    """A positive with K = 3 forced negatives: the kernel's gradient (NCE shift
+    -log(K Q2) or none; logistic or softmax) against central differences."""
+    model, vocab, row_values = tiny(kind, ranks, seed=4)
+    noise = noise_tables(vocab, 0.75, 0.5)
+    r, g, K = 1, 2, 3
+    lo = vocab.group_ptr[g]
+    vals = [row_values[r, g]] + [v for v in range(lo, vocab.group_ptr[g + 1]) if v != row_values[r, g]][:K]
+    conf = config(K, KI.LOGISTIC if loss == "logistic" else KI.SOFTMAX, nce, model.nested, variant)
+    f32 = model.V.copy()
+    dw0, dw, dV = kernel_gradient(model, vocab, row_values, noise, conf, [r], forced=[[g] + vals])
+    model.V = f32.astype(np.float64)
+    rows = [substituted(vocab, row_values, r, g, v) for v in vals]
+    shift = [np.log(K) + noise.logq[v] if nce else 0.0 for v in vals]
+    m = len(ranks)
+    targets = [{p: pair_loop(kind, [i for i, _ in row], [x for _, x in row], model.levels, ranks, model.V, cap=p)
+                for p in range(1, m + 1)} for row in rows]
+    h = 1e-6
+    for coordinate in range(model.V.shape[0]):
+        level = int(np.searchsorted(model.offsets, coordinate, side="right"))
+        feature = (coordinate - model.offsets[level - 1]) // model.widths[level - 1]
+        reg_count = sum(feature in [i for i, _ in row] for row in rows[1:]) + (feature in [i for i, _ in rows[0]])
+        in_context = all(feature in [i for i, _ in row] for row in rows)
+        reg_count = 1 if in_context else reg_count
+        if reg_count == 0:
+            assert dV[coordinate] == 0
+            continue
+        old = model.V[coordinate]
+        model.V[coordinate] = old + h
+        up = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
+        model.V[coordinate] = old - h
+        down = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
+        model.V[coordinate] = old
+        assert dV[coordinate] == pytest.approx((up - down) / (2 * h), rel=3e-4, abs=3e-5), coordinate
+
+    def main_loss(w0, w):
+        ys = [w0 + sum(float(w[i]) * x for i, x in row) + pair for row, (_, pair) in zip(rows, naive_rows(model, rows))]
+        return implicit_loss(ys, shift, loss)
+
+    assert dw0 == pytest.approx((main_loss(model.w0 + h, model.w) - main_loss(model.w0 - h, model.w)) / (2 * h)
+                                + REG[0] * model.w0, rel=1e-4, abs=1e-6)
+    for i in range(model.w.shape[0]):
+        w = model.w.astype(np.float64)
+        w[i] += h
+        up = main_loss(model.w0, w)
+        w[i] -= 2 * h
+        fd = (up - main_loss(model.w0, w)) / (2 * h)
+        occurs = sum(i in [f for f, _ in row] for row in rows)
+        if occurs == 0:
+            assert dw[i] == 0
+        else:
+            count = 1 if occurs == len(rows) else occurs
+            assert dw[i] == pytest.approx(fd + count * REG[1] * model.w[i], rel=1e-4, abs=1e-6), i
+
+
+# ---- Theorem 1 -----------------------------------------------------------------------
+
+def test_theorem_1_monte_carlo_gradient_is_the_convex_combination():
+    """Feat2Vec's Theorem 1 on a tiny FM: the training gradient averaged over many
+    sampled negatives equals Sum_g p_g E[grad | group g], where each group's
+    expectation is exact, enumerating every K-tuple of its values, and the
+    gradients come from finite differences of the plain loss."""
+    model, vocab, row_values = tiny("fm", (2,), seed=7)
+    K, alpha1, alpha2, r = 2, 0.75, 0.5, 0
+    noise = noise_tables(vocab, alpha1, alpha2)
+    conf = config(K, KI.LOGISTIC, True, False, KS.PAPER)
+    batches, per_batch = 25, 4000
+    samples = [np.concatenate(kernel_gradient(model, vocab, row_values, noise, conf, np.full(per_batch, r),
+                                              reg=(0, 0, 0), seed=s)[1:]) for s in range(batches)]
+    samples = np.array(samples) / per_batch
+    mc, se = samples.mean(0), samples.std(0, ddof=1) / np.sqrt(batches)
+    V64, w64 = model.V.astype(np.float64), model.w.astype(np.float64)
+
+    def expected_loss(params, group):
+        w, V = params[:w64.shape[0]], params[w64.shape[0]:]
+        lo, hi = vocab.group_ptr[group], vocab.group_ptr[group + 1]
+        q = np.exp(noise.logq[lo:hi])
+        total = 0.0
+        for negs in itertools.product(range(lo, hi), repeat=K):
+            rows = [substituted(vocab, row_values, r, group, v) for v in (row_values[r, group],) + negs]
+            ys = [model.w0 + sum(w[i] * x for i, x in row)
+                  + pair_loop("fm", [i for i, _ in row], [x for _, x in row], model.levels, model.ranks, V)
+                  for row in rows]
+            shift = [np.log(K) + noise.logq[v] for v in (row_values[r, group],) + negs]
+            total += np.prod(q[np.array(negs) - lo]) * implicit_loss(ys, shift, "logistic")
+        return total
+
+    params = np.concatenate([w64, V64])
+    per_group = []
+    for group in range(3):
+        grad = np.zeros(params.shape[0])
+        for j in range(params.shape[0]):
+            up, down = params.copy(), params.copy()
+            up[j] += 1e-6
+            down[j] -= 1e-6
+            grad[j] = (expected_loss(up, group) - expected_loss(down, group)) / 2e-6
+        per_group.append(grad)
+    exact = sum(p * grad for p, grad in zip(noise.group_p, per_group))
+    tolerance = 5 * se + 1e-4
+    assert np.all(np.abs(mc - exact) < tolerance), np.abs(mc - exact) / tolerance
+    # the comparison has power: equal weights for the groups would be rejected
+    uniform = sum(grad / 3 for grad in per_group)
+    assert np.any(np.abs(mc - uniform) > tolerance)
+
+
+# ---- recommend, embeddings ----------------------------------------------------------------
+
+def brute_force_top(model, vocab, rows, group, k, excluded):
+    from rafmcli.predict import predict_rows
+
+    lo, hi = vocab.candidates(group)
+    out = []
+    for r, row in enumerate(rows):
+        context = [(i, x) for i, x in row if vocab.group_of[i] != group]
+        cands = [v for v in range(lo, hi) if v not in excluded[r]]
+        full = [context + list(zip(vocab.feat[vocab.ptr[v]:vocab.ptr[v + 1]].tolist(),
+                                   vocab.x[vocab.ptr[v]:vocab.ptr[v + 1]].tolist())) for v in cands]
+        scores = predict_rows(model, csr(full)) if full else np.zeros(0)
+        order = sorted(range(len(cands)), key=lambda j: (-scores[j], cands[j]))[:k]
+        out.append(([cands[j] for j in order], [scores[j] for j in order]))
+    return out
+
+
+@pytest.mark.parametrize("kind,ranks", [("fm", (3,)), ("rafm", (2, 4)), ("difacto", (2, 3, 5))])
+def test_recommend_equals_brute_force(kind, ranks):
+    from rafmcli import ranking
+
+    model, vocab, row_values = tiny(kind, ranks, seed=11)
+    queries = ROWS + [[(1, 1.0)], [(6, 1.0), (2, 2.0)], []]
+    for group in range(3):
+        for train_values, k in ((None, 2), (row_values, 10)):
+            ctx = ranking.contexts(vocab, csr(queries), group, train_values)
+            ids, scores = ranking.recommend(model, ctx, k)
+            excluded = [set(ctx.excl[ctx.excl_ptr[r]:ctx.excl_ptr[r + 1]].tolist()) for r in range(len(queries))]
+            if train_values is not None:  # seen: values of training rows with the same context
+                plain = group_values(ROWS, GROUP_OF)
+                for r, row in enumerate(queries[:len(ROWS)]):
+                    same = [t for t in range(len(ROWS))
+                            if all(plain[h][t] == plain[h][r] for h in range(3) if h != group)]
+                    assert excluded[r] == {int(row_values[t, group]) for t in same}
+            for r, (want_ids, want_scores) in enumerate(brute_force_top(model, vocab, queries, group, k, excluded)):
+                got = ids[r][ids[r] >= 0]
+                assert got.tolist() == want_ids
+                np.testing.assert_allclose(scores[r][:len(got)], want_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_ranks_of_held_out_rows_equal_brute_force():
+    from rafmcli import ranking
+    from rafmcli.metrics import hit_ndcg
+    from rafmcli.predict import predict_rows
+
+    model, vocab, row_values = tiny("rafm", (2, 4), seed=2)
+    group = 1
+    rset = ranking.ranking_set(vocab, csr(ROWS), group, row_values, seed=0, n_sampled=2)
+    got = ranking.ranking_metrics(model, rset, 1)
+    lo, hi = vocab.candidates(group)
+    higher, ties = [], []
+    for r, row in enumerate(ROWS):
+        excluded = set(rset.ctx.excl[rset.ctx.excl_ptr[r]:rset.ctx.excl_ptr[r + 1]].tolist()) | {row_values[r, group]}
+        own = predict_rows(model, csr([row]))[0]
+        others = [v for v in range(lo, hi) if v not in excluded]
+        scores = predict_rows(model, csr([substituted(vocab, row_values, r, group, v) for v in others]))
+        higher.append(int((scores > own + 1e-9).sum()))
+        ties.append(int((np.abs(scores - own) <= 1e-9).sum()))
+    hr, ndcg = hit_ndcg(higher, ties, 1)
+    assert got["hr1"] == pytest.approx(hr) and got["ndcg1"] == pytest.approx(ndcg)
+
+
+def test_hit_and_ndcg_by_hand():
+    from rafmcli.metrics import hit_ndcg, sampled_auc
+
+    hr, ndcg = hit_ndcg([0, 1, 5], [0, 0, 0], 2)
+    assert hr == pytest.approx(2 / 3)
+    assert ndcg == pytest.approx((1 + 1 / np.log2(3)) / 3)
+    # a constant model: the positive among 3 ties is at rank 1, 2 or 3 with equal chance
+    hr, ndcg = hit_ndcg([0], [2], 1)
+    assert hr == pytest.approx(1 / 3) and ndcg == pytest.approx(1 / 3)
+    assert sampled_auc(np.array([[1.0, 0.0, 2.0, 1.0]])) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("kind,ranks,level", [("fm", (3,), 1), ("rafm", (2, 4), 1), ("rafm", (2, 4), 2),
+                                              ("difacto", (2, 3, 5), 2)])
+def test_embed_round_trips_through_a_word2vec_reader(tmp_path, kind, ranks, level):
+    from rafmcli.embeddings import embeddings, write_word2vec
+    from rafmcli.model import files as model_files
+
+    model, _, _ = tiny(kind, ranks, seed=3)
+    model_files.save(model, str(tmp_path / "m.rafm"))
+    out = tmp_path / "vectors.txt"
+    assert run(["embed", "--model", str(tmp_path / "m.rafm"), "--level", str(level), "--out", str(out)]).exit_code == 0
+    vectors = read_word2vec(out.read_text())
+    width = sum(model.widths[:level]) if kind == "difacto" else ranks[level - 1]
+    features = np.flatnonzero(model.levels >= level)
+    assert len(vectors) == features.shape[0]
+    for j in features:
+        if kind == "difacto":
+            want = np.concatenate([model.factors(l)[j] for l in range(1, level + 1)])
+        else:
+            want = model.factors(level)[j]
+        assert vectors[str(model.feature_ids[j])].shape == (width,)
+        assert np.array_equal(vectors[str(model.feature_ids[j])], want)
+    with open(tmp_path / "direct.txt", "w") as fh:
+        write_word2vec(fh, embeddings(model, level))
+    assert (tmp_path / "direct.txt").read_text() == out.read_text()
+
+
+def test_similar_equals_numpy_cosine(tmp_path):
+    from rafmcli.model import files as model_files
+
+    model, _, _ = tiny("rafm", (2, 4), seed=5)
+    model_files.save(model, str(tmp_path / "m.rafm"))
+    unit = model.factors(1) / np.linalg.norm(model.factors(1), axis=1)[:, None]
+    for query in (0, 4):
+        internal = int(np.flatnonzero(model.feature_ids == query)[0])
+        for args, allowed in ((["--all-groups"], np.ones(8, bool)), ([], GROUP_OF == GROUP_OF[internal]),
+                              (["--group", "2"], GROUP_OF == 2)):
+            result = run(["similar", "--model", str(tmp_path / "m.rafm"), "-k", "3", str(query)] + args)
+            assert result.exit_code == 0, result.output
+            lines = [line.split("\t") for line in result.output.splitlines()]
+            assert lines[0] == ["query", "rank", "id", "cosine"]
+            cosine = unit @ unit[internal]
+            candidates = [j for j in range(8) if allowed[j] and j != internal]
+            best = sorted(candidates, key=lambda j: (-cosine[j], model.feature_ids[j]))[:3]
+            assert [int(f[2]) for f in lines[1:]] == [int(model.feature_ids[j]) for j in best]
+            np.testing.assert_allclose([float(f[3]) for f in lines[1:]], cosine[best], rtol=1e-5)
+
+
+# ---- the commands ------------------------------------------------------------------------
+
+def run(args):
+    from click.testing import CliRunner
+
+    from rafmcli.cli import main
+
+    return CliRunner().invoke(main, args)
+
+
+def planted_implicit(path, rng, n_rows, users=60, items=50):
+    """Users of taste t = user % 5 pick items of the same taste (item % 5) 85% of the time;
+    items of taste 0 are the most popular overall."""
+    with open(path, "w") as fh:
+        for _ in range(n_rows):
+            u = int(rng.integers(users))
+            if rng.random() < 0.85:
+                it = int(rng.integers(items // 5)) * 5 + u % 5
+            else:
+                it = int(rng.integers(items // 5)) * 5
+            fh.write(f"1 {u}:1 {users + it}:1\n")
+    return users, items
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("implicit")
+    rng = np.random.default_rng(0)
+    users, items = planted_implicit(root / "train.libfm", rng, 6000)
+    planted_implicit(root / "valid.libfm", rng, 300)
+    (root / "meta.txt").write_text("0\n" * users + "1\n" * items)
+    return root, users, items
+
+
+@pytest.mark.parametrize("model", ["fm", "rafm"])
+def test_training_learns_tastes_and_beats_popularity(planted, tmp_path, model):
+    root, users, items = planted
+    args = ["train", "--task", "implicit", "--model", model, "--train", str(root / "train.libfm"),
+            "--validation", str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--eval-group", "1",
+            "--top-k", "5", "--iter", "12", "--rlog", str(tmp_path / "log.tsv"),
+            "--save-model", str(tmp_path / "m.rafm"), "--quiet"]
+    args += ["--dim", "4"] if model == "fm" else ["--ranks", "2,4"]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    log = np.genfromtxt(tmp_path / "log.tsv", names=True, delimiter="\t")
+    # popularity (taste-0 items first) hits the taste only for a fifth of users: HR@5 about 0.2
+    assert log["hr5"].max() > 0.5 and log["auc"].max() > 0.7
+    assert log["train_loss"][-1] < log["train_loss"][0]
+    valid_users = [int(line.split()[1].split(":")[0]) for line in open(root / "valid.libfm")]
+    seen = {}
+    for line in open(root / "train.libfm"):
+        u, it = (int(t.split(":")[0]) for t in line.split()[1:])
+        seen.setdefault(u, set()).add(it)
+    for exclude in ([], ["--exclude-seen", str(root / "train.libfm")]):
+        result = run(["recommend", "--model", str(tmp_path / "m.rafm"), "--group", "1", "-k", "5",
+                      str(root / "valid.libfm")] + exclude)
+        assert result.exit_code == 0, result.output
+        lines = [line.split("\t") for line in result.output.splitlines()[1:]]
+        assert len(lines) == 5 * len(valid_users)
+        recommended = [(valid_users[int(f[0]) - 1], int(f[2])) for f in lines]
+        if exclude:
+            assert not any(it in seen.get(u, ()) for u, it in recommended)
+        else:  # every user has seen all items of their taste: without exclusion those come first
+            assert np.mean([(it - users) % 5 == u % 5 for u, it in recommended]) > 0.6
+    result = run(["similar", "--model", str(tmp_path / "m.rafm"), "-k", "3", str(users + 7)])
+    neighbours = [int(line.split("\t")[2]) for line in result.output.splitlines()[1:]]
+    assert sum((i - users) % 5 == 2 for i in neighbours) >= 2
+
+
+def test_implicit_input_errors(planted, tmp_path):
+    root, _, _ = planted
+    base = ["train", "--task", "implicit", "--quiet", "--iter", "1"]
+    (tmp_path / "bad-meta.txt").write_text("0\n1\nuser\n")
+    result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(tmp_path / "bad-meta.txt")])
+    assert result.exit_code == 2 and f"{tmp_path / 'bad-meta.txt'}:3:" in result.output
+    (tmp_path / "zero.libfm").write_text("1 0:1 60:1\n# comment\n\n0 1:1 61:1\n")
+    result = run(base + ["--train", str(tmp_path / "zero.libfm"), "--meta", str(root / "meta.txt")])
+    assert result.exit_code == 2 and f"{tmp_path / 'zero.libfm'}:4: implicit data holds positives only" in result.output
+    result = run(base + ["--train", str(root / "train.libfm")])
+    assert result.exit_code == 2 and "--meta" in result.output
+    result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(root / "meta.txt"), "--eval-group", "7"])
+    assert result.exit_code == 2 and "group 7" in result.output
+    result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(root / "meta.txt"),
+                         "--negative-groups", "5"])
+    assert result.exit_code == 2 and "no feature group" in result.output
+    explicit = tmp_path / "explicit.rafm"
+    assert run(["train", "--task", "c", "--train", str(root / "train.libfm"), "--iter", "1", "--quiet",
+                "--save-model", str(explicit)]).exit_code == 0
+    result = run(["recommend", "--model", str(explicit), "--group", "1", str(root / "valid.libfm")])
+    assert result.exit_code == 2 and "no feature groups" in result.output
+    result = run(["similar", "--model", str(explicit), "123456"])
+    assert result.exit_code == 2 and "feature 123456" in result.output
+    result = run(["embed", "--model", str(explicit), "--level", "3", "--out", str(tmp_path / "v.txt")])
+    assert result.exit_code == 2 and not (tmp_path / "v.txt").exists()

@@ -94,7 +94,7 @@ def load(path):
         raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise InputError(f"{path}: damaged or unreadable model file ({exc})") from None
-    info = {k: v for k, v in header.items() if k in ("options", "training")}
+    info = {k: v for k, v in header.items() if k in ("options", "training", "classes")}
     model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
                   arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
                   float(header["target_min"]), float(header["target_max"]), info, vocabulary)

@@ -1,0 +1,505 @@
+"""Python API in the style of scikit-learn: FM, RaFM and DiFacto estimators.
+
+    >>> from rafmcli.api import FMRegressor, read_data
+    >>> X, y = read_data("data_samples/regression.train.libfm")
+    >>> est = FMRegressor(model="rafm", ranks=(4, 16)).fit(X, y)
+    >>> est.predict(X[:3])
+
+Hyper-parameters are the fields of :class:`rafmcli.options.Options` (the one
+table of defaults that ``rafm train`` reads); a parameter left at None takes
+that table's value when ``fit`` runs, so the CLI and the API never disagree.
+Models are the CLI's model files: ``est.save("m.rafm")`` is read by
+``rafm predict --model m.rafm`` and :func:`load` reads what ``rafm train
+--save-model`` wrote.
+
+X may be a scipy.sparse matrix (CSR or CSC), a dense 2-D array, or the
+reader's :class:`~rafmcli.io.reader.Dataset` (what ``read_data(...,
+sparse=False)`` returns); column j is feature id j. Importing this module
+loads neither numba nor scipy nor scikit-learn; numba compiles on the first
+fit or predict.
+"""
+
+import dataclasses
+import sys
+
+import numpy as np
+
+from rafmcli import options as table
+
+INSTALL_HINT = "pip install 'rafm[api]'"
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The estimator is used before ``fit`` (scikit-learn's contract: a ValueError and an AttributeError)."""
+
+
+def _option_names():
+    """The Options fields an estimator exposes (all but ``task``, which the class fixes)."""
+    return [f.name for f in dataclasses.fields(table.Options) if f.name != "task"]
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+def read_data(path, *, cache=True, sparse=True, n_features=None):
+    """(X, y) from a libSVM/libFM file, through rafm's binary cache.
+
+    ``sparse=True`` gives a ``scipy.sparse.csr_matrix`` with ``n_features``
+    columns (default: largest id + 1); ``sparse=False`` gives the reader's
+    Dataset, which needs no scipy and is passed to ``fit``/``predict`` as is.
+    Bad input raises ValueError with the CLI's ``FILE:LINE: what (token)``.
+    """
+    from rafmcli.io.reader import read_dataset
+
+    data = _checked(lambda: read_dataset(str(path), use_cache=cache))
+    y = np.asarray(data.labels, dtype=np.float64)
+    if not sparse:
+        return data, y
+    try:
+        from scipy.sparse import csr_matrix
+    except ImportError:
+        raise ImportError(f"read_data(sparse=True) needs scipy: {INSTALL_HINT}, "
+                          f"or read_data(path, sparse=False) for rafm's own Dataset") from None
+    top = int(data.feature_ids[-1]) + 1 if data.feature_ids.shape[0] else 0
+    width = top if n_features is None else int(n_features)
+    if width < top:
+        raise ValueError(f"{path}: feature id {top - 1} does not fit n_features={width}")
+    return csr_matrix((data.row_values(), data.indices, data.indptr), shape=(data.n_rows, width)), y
+
+
+def _checked(call):
+    """Run ``call``; the CLI's one-line input errors become ValueError, divergence RuntimeError."""
+    from rafmcli.errors import DivergedError, InputError
+
+    try:
+        return call()
+    except InputError as exc:
+        raise ValueError(exc.message) from None
+    except DivergedError as exc:
+        raise RuntimeError(exc.message) from None
+
+
+def as_dataset(X):
+    """The reader's Dataset for X (scipy sparse, dense 2-D, or a Dataset, whose labels are kept).
+
+    Returns (a new Dataset, number of columns or None for a Dataset). Explicit
+    zeros are dropped, as the reader drops them; labels are zeros.
+    """
+    from rafmcli.io.reader import Dataset, feature_counts
+
+    if isinstance(X, Dataset):
+        return Dataset(X.path, X.labels, X.indptr, X.indices, X.values, X.feature_ids, X.counts), None
+    if _is_sparse(X):
+        if X.dtype.kind == "c":
+            raise ValueError("Complex data not supported")
+        csr = X.tocsr(copy=True)
+        csr.sum_duplicates()
+        csr.eliminate_zeros()
+        n_rows, n_cols = csr.shape
+        indptr, indices, values = csr.indptr, csr.indices, np.asarray(csr.data, dtype=np.float64)
+    else:
+        dense = np.asarray(X)
+        if dense.dtype.kind == "c":
+            raise ValueError("Complex data not supported")
+        if dense.dtype.kind not in "biuf":
+            dense = dense.astype(np.float64)  # TypeError/ValueError name what is not a number
+        if dense.ndim != 2:
+            raise ValueError(f"X must be 2-D (rows x features), got {dense.ndim} dimension(s). Reshape your "
+                             f"data with X.reshape(-1, 1) for a single feature or X.reshape(1, -1) for one row")
+        n_rows, n_cols = dense.shape
+        mask = dense != 0
+        indptr = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])
+        indices = np.nonzero(mask)[1]
+        values = dense[mask].astype(np.float64)
+    if n_rows == 0:
+        raise ValueError(f"Found array with 0 sample(s) (shape=({n_rows}, {n_cols})) while a minimum of 1 is required.")
+    if n_cols == 0:
+        raise ValueError(f"Found array with 0 feature(s) (shape=({n_rows}, {n_cols})) while a minimum of 1 is "
+                         f"required.")
+    if not np.all(np.isfinite(values)) or np.any(np.abs(values) > np.finfo(np.float32).max):
+        raise ValueError("X holds NaN or infinite values (or values beyond float32)")
+    indices = np.asarray(indices, dtype=np.int32)
+    values = values.astype(np.float32)
+    labels = np.zeros(n_rows)
+    ids, counts = feature_counts(indices, n_cols - 1)
+    return Dataset("<array>", labels, np.asarray(indptr, dtype=np.int64), indices,
+                   None if np.all(values == 1) else values, ids, counts), n_cols
+
+
+def _is_sparse(X):
+    """A scipy.sparse matrix or array, recognised without importing scipy."""
+    return hasattr(X, "tocsr") and hasattr(X, "nnz")
+
+
+def _labels(y, n_rows):
+    if y is None:
+        raise ValueError("this estimator requires y to be passed, but the target y is None")
+    y = np.asarray(y)
+    if y.dtype.kind == "c":
+        raise ValueError("Complex data not supported")
+    if y.ndim == 2 and y.shape[1] == 1:
+        import warnings
+
+        warnings.warn("A column-vector y was passed when a 1d array was expected; it is read as shape "
+                      "(n_samples,)", _conversion_warning(), stacklevel=3)
+        y = y.ravel()
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if y.shape[0] != n_rows:
+        raise ValueError(f"X has {n_rows} rows but y has {y.shape[0]} labels")
+    return y
+
+
+def _conversion_warning():
+    try:
+        from sklearn.exceptions import DataConversionWarning
+    except ImportError:
+        return UserWarning
+    return DataConversionWarning
+
+
+# ---- estimators ------------------------------------------------------------------------------
+
+class _FMEstimator:
+    """What regressor and classifier share: parameters, fit, margins, files."""
+
+    _task = None
+
+    def __init__(self, model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
+                 variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
+                 init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
+                 holdout=None, beta1=None, beta2=None, eps=None, levels=None, warm_start=False,
+                 verbose=False):
+        self.model = model
+        self.ranks = ranks
+        self.method = method
+        self.iters = iters
+        self.learn_rate = learn_rate
+        self.dependent_rate = dependent_rate
+        self.variant = variant
+        self.dependent_weight = dependent_weight
+        self.reg_bias = reg_bias
+        self.reg_linear = reg_linear
+        self.reg_factors = reg_factors
+        self.init_stdev = init_stdev
+        self.bias = bias
+        self.linear = linear
+        self.seed = seed
+        self.threads = threads
+        self.early_stop = early_stop
+        self.holdout = holdout
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.levels = levels
+        self.warm_start = warm_start
+        self.verbose = verbose
+
+    # scikit-learn's parameter protocol, without importing scikit-learn
+    @classmethod
+    def _get_param_names(cls):
+        import inspect
+
+        return sorted(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
+    def get_params(self, deep=True):
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params):
+        valid = self._get_param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {', '.join(valid)}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self):
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                          if v is not None and not (k in ("warm_start", "verbose") and v is False))
+        return f"{type(self).__name__}({shown})"
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=True),
+                    input_tags=InputTags(sparse=True, allow_nan=False))
+
+    def __setstate__(self, state):
+        """Unpickled factors are put back on cache lines (the kernels' layout)."""
+        self.__dict__.update(state)
+        if "model_" in state:
+            from rafmcli.model.layout import aligned_copy
+
+            self.model_.V = aligned_copy(self.model_.V)
+
+    # options
+    def options(self):
+        """The :class:`Options` a fit runs with: set parameters over the table's defaults."""
+        given = {name: getattr(self, name) for name in _option_names() if getattr(self, name) is not None}
+        model = given.get("model", table.DEFAULTS.model)
+        if model not in table.DEFAULT_RANKS:
+            raise ValueError(f"model must be one of {', '.join(table.DEFAULT_RANKS)}, not {model!r}")
+        ranks = self._ranks(given.pop("ranks", None), model)
+        reg = given.pop("reg_factors", table.DEFAULTS.reg_factors)
+        reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
+        opts = table.Options(task=self._task, ranks=ranks, reg_factors=table.per_level(reg, len(ranks)),
+                             **given)
+        for name in ("iters", "threads"):
+            if int(getattr(opts, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(opts, name)}")
+        if not opts.learn_rate > 0:
+            raise ValueError(f"learn_rate must be positive, not {opts.learn_rate}")
+        return opts
+
+    @staticmethod
+    def _ranks(ranks, model):
+        from rafmcli.levels import parse_ranks
+
+        if ranks is None:
+            return tuple(table.DEFAULT_RANKS[model])
+        if isinstance(ranks, str):
+            ranks = parse_ranks(ranks)
+        ranks = (int(ranks),) if np.ndim(ranks) == 0 else tuple(int(r) for r in ranks)
+        parse_ranks(",".join(map(str, ranks)))  # positive, increasing
+        if model == "fm" and len(ranks) > 1:
+            raise ValueError(f"an FM has one rank, got ranks={ranks} (use model='rafm' or 'difacto')")
+        return ranks
+
+    def _levels_override(self, m):
+        if self.levels is None:
+            return None
+        if isinstance(self.levels, dict):
+            ids = np.fromiter(self.levels.keys(), dtype=np.int64)
+            lv = np.fromiter(self.levels.values(), dtype=np.int64)
+            if lv.size and (lv.min() < 1 or lv.max() > m):
+                raise ValueError(f"levels must be 1..{m}")
+            return ids, lv.astype(np.int8)
+        from rafmcli.levels import read_levels_file
+
+        return _checked(lambda: read_levels_file(str(self.levels), m))
+
+    # fitting
+    def _fit(self, X, y, eval_set):
+        opts = self.options()
+        data, n_cols = as_dataset(X)
+        if y is None and n_cols is None:
+            y = self._file_labels(data.labels)  # a Dataset: the labels of its file
+        data.labels = self._fit_targets(y, data.n_rows)
+        valid = None
+        if eval_set is not None:
+            pairs = [eval_set] if isinstance(eval_set, tuple) else list(eval_set)
+            if len(pairs) != 1:
+                raise ValueError("eval_set takes one (X, y) pair")
+            Xv, yv = pairs[0]
+            valid, _ = as_dataset(Xv)
+            valid.labels = self._targets(yv, valid.n_rows)
+        if valid is None and opts.holdout > 0:
+            from rafmcli.solvers.sgd import holdout_split
+
+            data, valid = holdout_split(data, opts.holdout, opts.seed)
+        if opts.threads > 1:
+            import numba
+
+            numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
+        from rafmcli.solvers.sgd import train
+
+        def echo(message):
+            print(message, file=sys.stderr)
+
+        model, history = _checked(lambda: train(
+            data, opts, validation=valid, levels_override=self._levels_override(len(opts.ranks)),
+            quiet=not self.verbose, progress=self.verbose, echo=echo))
+        self._keep(model, n_cols)
+        self.history_ = history
+        return self
+
+    def _keep(self, model, n_cols):
+        self.model_ = model
+        if hasattr(self, "classes_"):
+            model.info["classes"] = self.classes_.tolist()
+        if n_cols is not None:
+            self.n_features_in_ = n_cols
+        elif "n_features_in_" in self.__dict__:
+            del self.n_features_in_
+
+    @staticmethod
+    def _file_labels(labels):
+        return labels
+
+    def _fit_targets(self, y, n_rows):
+        return self._targets(y, n_rows)
+
+    def _targets(self, y, n_rows):
+        """Labels as the kernels want them (regression: finite floats)."""
+        y = _labels(y, n_rows)
+        try:
+            y = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"Unknown label type: {type(self).__name__} needs numeric targets") from None
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y holds NaN or infinite values")
+        return y
+
+    def _check_fitted(self):
+        if not hasattr(self, "model_"):
+            error = NotFittedError
+            if "sklearn.exceptions" in sys.modules:  # what scikit-learn's tools catch
+                error = sys.modules["sklearn.exceptions"].NotFittedError
+            raise error(f"This {type(self).__name__} instance is not fitted yet: call fit first")
+
+    def _margins(self, X):
+        """Raw scores y(x) for the rows of X."""
+        self._check_fitted()
+        from rafmcli.predict import predict_dataset
+
+        data, n_cols = as_dataset(X)
+        expected = getattr(self, "n_features_in_", None)
+        dense = not (_is_sparse(X) or n_cols is None)  # sparse columns are matched by id
+        if dense and expected is not None and n_cols != expected:
+            raise ValueError(f"X has {n_cols} features, but {type(self).__name__} is expecting {expected} "
+                             f"features as input")
+        return predict_dataset(self.model_, data, raw=True).values
+
+    # files
+    def save(self, path):
+        """Write the model file ``rafm predict --model`` reads (through a temporary file)."""
+        self._check_fitted()
+        from rafmcli.model import files
+
+        files.save(self.model_, str(path))
+        return self
+
+    @classmethod
+    def load(cls, path):
+        """An estimator around the model file ``path``, its parameters those it was trained with."""
+        from rafmcli.model import files
+
+        return cls._around(_checked(lambda: files.load(str(path))), path)
+
+    @classmethod
+    def _around(cls, model, path):
+        want = "c" if issubclass(cls, FMClassifier) else "r"
+        if model.task != want:
+            other = "FMClassifier" if model.task == "c" else "FMRegressor"
+            raise ValueError(f"{path}: a {'classification' if model.task == 'c' else 'regression'} "
+                             f"model: load it with {other}.load or rafmcli.api.load")
+        trained = model.info.get("options", {})
+        est = cls(**{k: (tuple(v) if isinstance(v, list) else v)
+                     for k, v in trained.items() if k in _option_names()})
+        if want == "c":
+            est.classes_ = np.asarray(model.info.get("classes", [0, 1]))
+        est._keep(model, None)
+        return est
+
+
+class FMRegressor(_FMEstimator):
+    """FM, RaFM or DiFacto for regression (square loss); predictions clipped to the training range.
+
+    Parameters are those of ``rafm train`` (the fields of rafmcli.options.Options);
+    None takes the table's default at fit time.
+    """
+
+    _task = "r"
+
+    def fit(self, X, y=None, eval_set=None):
+        """Train on X, y; ``eval_set=(X_val, y_val)`` for early stopping (else ``holdout``)."""
+        return self._fit(X, y, eval_set)
+
+    def predict(self, X):
+        from rafmcli.predict import finish
+
+        margins = self._margins(X)
+        return finish(self.model_, margins)
+
+    def score(self, X, y):
+        """R^2 of the predictions (scikit-learn's regressor score)."""
+        y = np.asarray(y, dtype=np.float64)
+        err = ((y - self.predict(X)) ** 2).sum()
+        total = ((y - y.mean()) ** 2).sum()
+        return 1.0 - err / total if total > 0 else (1.0 if err == 0 else 0.0)
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import RegressorTags
+
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "regressor"
+        tags.regressor_tags = RegressorTags()
+        return tags
+
+
+class FMClassifier(_FMEstimator):
+    """FM, RaFM or DiFacto for binary classification (logistic loss).
+
+    ``classes_`` are the two labels seen in fit; the larger is the positive
+    class. Parameters as for :class:`FMRegressor`.
+    """
+
+    _task = "c"
+
+    def fit(self, X, y=None, eval_set=None):
+        """Train on X, y (two classes); ``eval_set=(X_val, y_val)`` for early stopping."""
+        return self._fit(X, y, eval_set)
+
+    @staticmethod
+    def _file_labels(labels):
+        return np.where(np.asarray(labels) > 0, 1, 0)  # > 0 is positive, as the CLI reads a file
+
+    def _fit_targets(self, y, n_rows):
+        y = _labels(y, n_rows)
+        classes = np.unique(y)
+        if y.dtype.kind == "f" and np.any(classes != np.round(classes)):
+            raise ValueError("Unknown label type: continuous. FMClassifier needs two classes; "
+                             "FMRegressor fits continuous targets")
+        if classes.shape[0] > 2:
+            raise ValueError(f"Only binary classification is supported. The type of the target is multiclass "
+                             f"({classes.shape[0]} classes)")
+        if classes.shape[0] < 2:
+            raise ValueError(f"FMClassifier needs 2 classes in y, got {classes.shape[0]} class(es) "
+                             f"{classes.tolist()}")
+        self.classes_ = classes
+        return self._targets(y, n_rows)
+
+    def _targets(self, y, n_rows):
+        y = _labels(y, n_rows)
+        known = np.isin(y, self.classes_)
+        if not known.all():
+            raise ValueError(f"y holds labels not seen in fit: {np.unique(y[~known])[:5]}")
+        return (y == self.classes_[1]).astype(np.float64)
+
+    def decision_function(self, X):
+        """Margins: log-odds of the positive class ``classes_[1]``."""
+        return self._margins(X)
+
+    def predict_proba(self, X):
+        """Rows of [P(classes_[0]), P(classes_[1])]."""
+        from rafmcli.predict import finish
+
+        margins = self._margins(X)
+        p = finish(self.model_, margins)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X):
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
+
+    def score(self, X, y):
+        """Accuracy (scikit-learn's classifier score)."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import ClassifierTags
+
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags(multi_class=False)
+        return tags
+
+
+def load(path):
+    """The estimator (FMRegressor or FMClassifier, by the file's task) around a model file."""
+    from rafmcli.model import files
+
+    model = _checked(lambda: files.load(str(path)))
+    return (FMClassifier if model.task == "c" else FMRegressor)._around(model, path)
+
+
+__all__ = ["FMRegressor", "FMClassifier", "read_data", "load", "as_dataset", "NotFittedError"]

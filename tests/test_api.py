@@ -1,0 +1,186 @@
+"""The Python API through `import rafmcli.api`: one table of defaults with the CLI, the CLI's
+model files both ways, every X kind, and scikit-learn's estimator checks when it is installed.
+
+Estimator checks that cannot apply here and are skipped by scikit-learn itself: the pandas
+ones when pandas is not installed (rafm does not need it), and array-API input (SCIPY_ARRAY_API
+unset). FMClassifier declares ``multi_class=False``: it is a binary classifier, as libFM's -task c.
+"""
+
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli import api
+from rafmcli.cli import main
+from rafmcli.model.layout import CACHE_LINE
+from rafmcli.options import DEFAULT_RANKS, Options, per_level
+
+
+def cli(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_import_is_light():
+    code = ("import sys, rafmcli, rafmcli.api; "
+            "print(sorted(m for m in ('numba', 'scipy', 'sklearn', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_parameters_are_the_options_table():
+    fields = {f.name for f in dataclasses.fields(Options)} - {"task"}
+    for cls, task in ((api.FMRegressor, "r"), (api.FMClassifier, "c")):
+        est = cls()
+        assert set(est.get_params()) == fields | {"levels", "warm_start", "verbose"}
+        table = Options(task=task)  # None everywhere: the table's defaults
+        table.reg_factors = per_level(table.reg_factors, len(table.ranks))
+        assert est.options() == table
+    assert api.FMRegressor(model="difacto").options().ranks == DEFAULT_RANKS["difacto"]
+    opts = api.FMRegressor(model="fm", ranks=6, reg_factors=0.5, learn_rate=0.2).options()
+    assert (opts.ranks, opts.reg_factors, opts.learn_rate) == ((6,), (0.5,), 0.2)
+    assert api.FMRegressor(ranks="4,16").options().ranks == (4, 16)
+    for bad in (dict(model="fm", ranks=(4, 8)), dict(model="ffm"), dict(ranks=(8, 4)), dict(iters=0)):
+        with pytest.raises(ValueError):
+            api.FMRegressor(**bad).options()
+
+
+def test_same_model_as_the_cli(sample, tmp_path):
+    """The API and `rafm train` with the same options train the same model."""
+    saved = tmp_path / "cli.rafm"
+    cli(["train", "--task", "r", "--ranks", "4,16", "--seed", "3", "--iter", "6", "--train",
+         sample("regression.train"), "--save-model", str(saved), "--quiet"])
+    X, y = api.read_data(sample("regression.train"))
+    est = api.FMRegressor(ranks=(4, 16), seed=3, iters=6).fit(X, y)
+    Xt, _ = api.read_data(sample("regression.test"))
+    from_cli = np.array(cli(["predict", "--quiet", "--model", str(saved), sample("regression.test")])
+                        .stdout.split(), dtype=float)
+    np.testing.assert_allclose(est.predict(Xt), from_cli, rtol=1e-8)
+
+
+@pytest.mark.parametrize("cls,name", [(api.FMRegressor, "regression"), (api.FMClassifier, "classification")])
+def test_model_files_both_ways(sample, tmp_path, cls, name):
+    X, y = api.read_data(sample(f"{name}.train"))
+    est = cls(ranks=(4, 16), iters=4).fit(X, y)
+    est.save(tmp_path / "py.rafm")
+    test = sample(f"{name}.test")
+    Xt, _ = api.read_data(test)
+    ours = est.predict_proba(Xt)[:, 1] if cls is api.FMClassifier else est.predict(Xt)
+    theirs = np.array(cli(["predict", "--quiet", "--model", str(tmp_path / "py.rafm"), test]).stdout.split(),
+                      dtype=float)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-8)
+    # and back: a CLI model in Python
+    task = "c" if cls is api.FMClassifier else "r"
+    cli(["train", "--task", task, "--model", "difacto", "--ranks", "2,8", "--iter", "3", "--train",
+         sample(f"{name}.train"), "--save-model", str(tmp_path / "cli.rafm"), "--quiet"])
+    loaded = api.load(tmp_path / "cli.rafm")
+    assert type(loaded) is cls and loaded.model == "difacto" and loaded.ranks == (2, 8)
+    theirs = np.array(cli(["predict", "--quiet", "--model", str(tmp_path / "cli.rafm"), test]).stdout.split(),
+                      dtype=float)
+    ours = loaded.predict_proba(Xt)[:, 1] if cls is api.FMClassifier else loaded.predict(Xt)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-8)
+    with pytest.raises(ValueError, match="load it with"):
+        (api.FMRegressor if cls is api.FMClassifier else api.FMClassifier).load(tmp_path / "cli.rafm")
+
+
+def test_every_kind_of_x_gives_the_same_model(sample):
+    scipy = pytest.importorskip("scipy.sparse")
+    X, y = api.read_data(sample("classification.train"))
+    D, labels = api.read_data(sample("classification.train"), sparse=False)
+    np.testing.assert_array_equal(labels, y)
+    probe = X[:50]
+    results = []
+    for form in (X, scipy.csc_matrix(X), X.toarray(), D):
+        est = api.FMClassifier(ranks=(4, 16), iters=3).fit(form, None if form is D else y)
+        results.append(est.predict_proba(probe))
+    for r in results[1:]:
+        np.testing.assert_allclose(r, results[0], rtol=1e-7)
+    assert est.predict(D).shape == (D.n_rows,)
+
+
+def test_eval_set_replaces_the_holdout(sample):
+    X, y = api.read_data(sample("regression.train"))
+    Xv, yv = api.read_data(sample("regression.validation"), n_features=X.shape[1] + 500)
+    est = api.FMRegressor(ranks=(4, 16), iters=30, early_stop=2).fit(X, y, eval_set=(Xv, yv))
+    best = min(h["rmse"] for h in est.history_)
+    assert est.model_.info["training"]["validation"]["rmse"] == best
+    again = np.sqrt(np.mean((est.predict(Xv) - yv) ** 2))
+    assert again == pytest.approx(best, rel=1e-6)
+
+
+def test_string_classes_survive_save_and_load(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 2, (200, 6)).astype(float)
+    y = np.where(X[:, 0] * X[:, 1] + X[:, 2] > 0.5, "yes", "no")
+    est = api.FMClassifier(model="fm", ranks=4, iters=30, holdout=0, learn_rate=0.1).fit(X, y)
+    assert list(est.classes_) == ["no", "yes"]
+    assert set(est.predict(X)) <= {"no", "yes"} and est.score(X, y) > 0.9
+    est.save(tmp_path / "m.rafm")
+    again = api.load(tmp_path / "m.rafm")
+    assert list(again.classes_) == ["no", "yes"]
+    np.testing.assert_array_equal(again.predict(X), est.predict(X))
+    with pytest.raises(ValueError, match="not seen in fit"):
+        est.fit(X, y, eval_set=(X, np.where(y == "yes", "maybe", y)))
+
+
+def test_errors_are_python_errors(sample, tmp_path):
+    bad = tmp_path / "bad.libfm"
+    bad.write_text("1 3:1\n1 3:x\n")
+    with pytest.raises(ValueError, match=r"bad.libfm:2: value is not a number \(3:x\)"):
+        api.read_data(bad)
+    for error in (ValueError, AttributeError):  # rafm's NotFittedError, or scikit-learn's once imported
+        with pytest.raises(error, match="not fitted"):
+            api.FMRegressor().predict(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="2 classes"):
+        api.FMClassifier().fit(np.ones((4, 2)), [1, 1, 1, 1])
+    with pytest.raises(RuntimeError, match="diverged"):
+        api.FMRegressor(model="fm", learn_rate=1e30, init_stdev=1, holdout=0, iters=3).fit(
+            *api.read_data(sample("regression.train")))
+
+
+def test_pickle_keeps_factors_on_cache_lines(sample):
+    X, y = api.read_data(sample("regression.train"))
+    est = api.FMRegressor(ranks=(4, 16), iters=2).fit(X, y)
+    again = pickle.loads(pickle.dumps(est))
+    assert again.model_.V.ctypes.data % CACHE_LINE == 0
+    np.testing.assert_array_equal(again.predict(X), est.predict(X))
+
+
+def test_readme_notebook_session_runs(tmp_path):
+    """README's notebook section, executed as it stands, from the repository root."""
+    pytest.importorskip("scipy")
+    from conftest import ROOT
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    code = "\n".join(line[4:] if line.startswith((">>> ", "... ")) else "" for line in block.splitlines())
+    os.symlink(os.path.join(ROOT, "data_samples"), tmp_path / "data_samples")
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "clicks.rafm").exists()
+
+
+try:
+    from sklearn.utils.estimator_checks import parametrize_with_checks
+except ImportError:
+    def test_sklearn_checks():
+        pytest.skip("scikit-learn is not installed (pip install 'rafm[api]')")
+else:
+    import warnings
+
+    with warnings.catch_warnings():  # rafm keeps scikit-learn optional: no BaseEstimator to inherit
+        warnings.filterwarnings("ignore", "Estimator .* does not inherit from")
+        checks = parametrize_with_checks([api.FMRegressor(iters=5), api.FMClassifier(iters=5)])
+
+    @checks
+    def test_sklearn_checks(estimator, check):
+        check(estimator)

@@ -33,9 +33,14 @@ class NotFittedError(ValueError, AttributeError):
     """The estimator is used before ``fit`` (scikit-learn's contract: a ValueError and an AttributeError)."""
 
 
+# Options of ``--task implicit`` only (Feat2Vec negative sampling): no regressor or classifier has them.
+IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positives", "negative_groups",
+                 "eval_group", "top_k")
+
+
 def _option_names():
-    """The Options fields an estimator exposes (all but ``task``, which the class fixes)."""
-    return [f.name for f in dataclasses.fields(table.Options) if f.name != "task"]
+    """The Options fields an estimator exposes: all but ``task`` (the class fixes it) and IMPLICIT_ONLY."""
+    return [f.name for f in dataclasses.fields(table.Options) if f.name != "task" and f.name not in IMPLICIT_ONLY]
 
 
 # ---- data ------------------------------------------------------------------------------------

@@ -36,7 +36,9 @@ def test_import_is_light():
 
 
 def test_parameters_are_the_options_table():
-    fields = {f.name for f in dataclasses.fields(Options)} - {"task"}
+    fields = {f.name for f in dataclasses.fields(Options)}
+    assert set(api.IMPLICIT_ONLY) <= fields
+    fields -= {"task", *api.IMPLICIT_ONLY}
     for cls, task in ((api.FMRegressor, "r"), (api.FMClassifier, "c")):
         est = cls()
         assert set(est.get_params()) == fields | {"levels", "warm_start", "verbose"}

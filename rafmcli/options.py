@@ -33,6 +33,8 @@ class Options:
     threads: int = 1
     early_stop: int = 5
     holdout: float = 0.1
+    burn_in: int = 0
+    keep_samples: int = 10
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8

@@ -21,12 +21,16 @@ import zlib
 import numpy as np
 
 from rafmcli.errors import printable
+from rafmcli.io.columns import Columns
 from rafmcli.io.reader import Dataset
 
 FORMAT = 2  # 2: identity has inode and ctime; meta.json holds rows_with_repeats
-# Every array an entry may hold, with its dtype; all but ``values`` are required.
+# Every array an entry may hold, with its dtype; all but ``values`` and the columns are required.
 _DTYPES = {"labels": "float64", "indptr": "int64", "indices": "int32", "values": "float32",
            "feature_ids": "int32", "counts": "int64"}
+# The transposed data (io/columns.py), added to an entry when ALS or MCMC first read the file
+_COLUMN_DTYPES = {"col_indptr": "int64", "col_rows": "int32", "col_values": "float32"}
+_OPTIONAL = {"values"} | set(_COLUMN_DTYPES)
 
 
 class _Damaged(Exception):
@@ -73,13 +77,14 @@ def _read_entry(entry, path, ident):
     if meta["identity"] != ident:
         return None
     specs = meta.get("arrays")
-    _check(isinstance(specs, dict) and set(specs) <= set(_DTYPES)
-           and set(_DTYPES) - {"values"} <= set(specs), "meta.json lists other arrays")
+    dtypes = {**_DTYPES, **_COLUMN_DTYPES}
+    _check(isinstance(specs, dict) and set(specs) <= set(dtypes)
+           and set(dtypes) - _OPTIONAL <= set(specs), "meta.json lists other arrays")
     arrays = {}
     for name, spec in specs.items():
         _check(isinstance(spec, dict), f"{name}: no spec")
         arr = np.load(os.path.join(entry, name + ".npy"), mmap_mode="r", allow_pickle=False)
-        _check(str(arr.dtype) == _DTYPES[name] == spec.get("dtype") and arr.ndim == 1
+        _check(str(arr.dtype) == dtypes[name] == spec.get("dtype") and arr.ndim == 1
                and list(arr.shape) == spec.get("shape"), f"{name}: dtype or shape")
         _check(_crc(arr) == spec.get("crc32"), f"{name}: checksum")
         arrays[name] = arr
@@ -90,6 +95,13 @@ def _read_entry(entry, path, ident):
     _check(data.indptr.shape[0] == data.n_rows + 1 and data.indptr[0] == 0 and data.indptr[-1] == data.nnz
            and (data.values is None or data.values.shape[0] == data.nnz)
            and data.feature_ids.shape == data.counts.shape, "array sizes disagree")
+    if "col_indptr" in arrays:
+        columns = Columns(arrays["col_indptr"], arrays.get("col_rows"),
+                          arrays.get("col_values", np.zeros(0, np.float32)))
+        _check(columns.rows is not None and columns.indptr.shape[0] == data.feature_ids.shape[0] + 1
+               and columns.indptr[-1] == data.nnz and columns.rows.shape[0] == data.nnz
+               and columns.values.shape[0] in (0, data.nnz), "column arrays disagree")
+        data.columns = columns
     return data
 
 
@@ -141,3 +153,31 @@ def store(data, ident, cache_dir=None):
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:
         print(f"rafm: warning: cannot write cache in {printable(parent)}: {exc}", file=sys.stderr)
+
+
+def add_arrays(path, arrays, cache_dir=None):
+    """Add ``arrays`` ({name: array}, names of _COLUMN_DTYPES) to the current entry of ``path``.
+
+    Skips an entry that is absent or belongs to another version of the file.
+    Each array is written under a temporary name and renamed into place before
+    meta.json, itself replaced atomically, lists it. Warns and goes on on failure.
+    """
+    entry = _entry_dir(path, cache_dir)
+    meta_path = os.path.join(entry, "meta.json")
+    try:
+        with open(meta_path, encoding="utf-8") as fh:
+            meta = json.load(fh)
+        if meta.get("identity") != identity(path):
+            return
+        for name, arr in arrays.items():
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=entry)
+            with os.fdopen(fd, "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+            os.replace(tmp, os.path.join(entry, name + ".npy"))
+            meta["arrays"][name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "crc32": _crc(arr)}
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=entry)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=1)
+        os.replace(tmp, meta_path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"rafm: warning: cannot add to the cache entry of {printable(path)}: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,7 +53,9 @@ class Dataset:
     ``i = feature_ids[j]``: the number of rows in which it is non-zero.
     ``rows_with_repeats`` counts the rows of the file read in which an index
     occurred more than once (each such index holds the sum of its values);
-    a subset keeps its source's count.
+    a subset keeps its source's count. ``columns`` holds the CSC arrays once
+    built (:mod:`rafmcli.io.columns`); ``cached`` says the file has a
+    binary-cache entry they can be added to.
     """
 
     path: str
@@ -64,6 +66,8 @@ class Dataset:
     feature_ids: np.ndarray
     counts: np.ndarray
     rows_with_repeats: int = 0
+    columns: object = field(default=None, repr=False, compare=False)
+    cached: bool = field(default=False, repr=False, compare=False)
 
     @property
     def n_rows(self):
@@ -386,11 +390,12 @@ def read_dataset(path, use_cache=True, cache_dir=None, progress=False):
     except BaseException:
         source.raw.close()
         raise
-    if data is not None:
+    if data is None:
+        data = _parse(source, path, progress)
+        cache.store(data, ident, cache_dir)
+    else:
         source.raw.close()
-        return data
-    data = _parse(source, path, progress)
-    cache.store(data, ident, cache_dir)
+    data.cached = True
     return data
 
 

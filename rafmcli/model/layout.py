@@ -45,6 +45,8 @@ class Model:
     target_max: float
     info: dict = field(default_factory=dict)
     vocabulary: object = None  # implicit models: group values (model.vocabulary.Vocabulary)
+    link: str = "logit"       # classification: "logit" (sigmoid) or "probit" (normal CDF)
+    samples: list = field(default_factory=list)  # MCMC: kept draws (w0, w, V); predictions average them
 
     @property
     def nested(self):

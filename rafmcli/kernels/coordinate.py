@@ -1,0 +1,398 @@
+"""Coordinate updates of FM, RaFM and DiFacto: ALS steps and Gibbs draws (numba).
+
+Every model is linear in each single parameter theta: y_hat = g(x) + theta h(x)
+(rafm-notes, "ALS and MCMC for every model"). With residuals e = y - y_hat
+over the rows of theta's feature, alpha the noise precision and a Normal
+prior (mean mu, precision lam), theta's full conditional is
+
+    theta ~ N(m, 1/p),  p = alpha Sum h^2 + lam,  m = (alpha Sum (e + theta h) h + lam mu) / p,
+
+and ALS takes theta = m (alpha = 1, mu = 0, lam the L2 weight). h is x_i for
+w_i and, for coordinate f of v_i^(l) with per-row sums S_l, T_l (Theorem 3):
+
+* x_i (S_{l,f} - v_{i,f}^(l) x_i)  for a feature's top level l = k_i (and every DiFacto block),
+* x_i (S_{l,f} - T_{l,f})           for a RaFM dependent level l < k_i.
+
+h does not depend on theta, so after theta moves by d the caches follow in
+O(rows of the feature): e -= h d, S_{l,f} += x_i d (and T_{l,f} for l < k_i).
+
+Layout of a sweep (libFM's one coordinate loop over the transposed data):
+for each level and block of BLOCK coordinates, S and T of the block are
+summed per row (CSR, parallel over rows); then every feature of F_l updates
+its BLOCK coordinates one after another. A feature's h_b do not change while
+its own coordinates move, so one pass over its rows gathers the Gram matrix
+G = Sum h h^T and c = Sum e h, each coordinate's Sum (e + theta h) h is
+c_b - Sum_{b'<b} d_b' G_b'b + theta_b G_bb (e already moved by the earlier
+coordinates), and a second pass updates the caches: two passes over the rows
+per block instead of two per coordinate, the exact coordinate-wise sampler.
+
+Features are coloured so that features of one colour never share a row
+(a one-hot field is one colour): given the rest they are independent, and a
+colour's features are updated in parallel. Random numbers come from a
+counter-based generator keyed by (sweep key, parameter index), so a run gives
+the same draws, bit for bit, on any number of threads.
+
+Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+BLOCK = 8  # coordinates of one feature updated from one pass over its rows
+LOCAL_ROWS = 4096  # rows of a feature gathered into per-thread buffers
+SERIAL = 64  # colour of features that could not be coloured: updated one by one
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TWO53 = 1.0 / 9007199254740992.0
+_TAIL_BATCH = 1024  # counters reserved per row for truncated-normal rejection
+
+
+# --- counter-based random numbers (SplitMix64 streams) ----------------------
+
+@njit(cache=True, inline="always")
+def uniform(key, counter):
+    """A uniform in (0, 1): SplitMix64's output for state key + counter * golden."""
+    z = np.uint64(key) + np.uint64(counter) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return (float(z >> np.uint64(11)) + 0.5) * _TWO53
+
+
+@njit(cache=True, inline="always")
+def normal(key, counter):
+    """A standard normal (Box-Muller on the uniforms 2 counter and 2 counter + 1)."""
+    c = np.uint64(counter) * np.uint64(2)
+    u1 = uniform(key, c)
+    u2 = uniform(key, c + np.uint64(1))
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+@njit(cache=True)
+def normals(key, n):
+    """``n`` draws of :func:`normal` (tests)."""
+    out = np.empty(n)
+    for k in range(n):
+        out[k] = normal(key, k)
+    return out
+
+
+@njit(cache=True)
+def tail_normal(a, key, counter0):
+    """X ~ N(0, 1) given X >= a.
+
+    Plain rejection while a <= 0.45 (acceptance >= 0.33); beyond, Robert's
+    (1995) exponential proposal with rate (a + sqrt(a^2 + 4)) / 2. Counters
+    counter0 .. counter0 + _TAIL_BATCH - 1 are this draw's own.
+    """
+    c0 = np.uint64(counter0)
+    if a <= 0.45:
+        for k in range(_TAIL_BATCH // 2):
+            z = normal(key, c0 // np.uint64(2) + np.uint64(k))
+            if z >= a:
+                return z
+        return max(a, 0.0)
+    rate = 0.5 * (a + math.sqrt(a * a + 4.0))
+    for k in range(_TAIL_BATCH // 2):
+        z = a - math.log(uniform(key, c0 + np.uint64(2 * k))) / rate
+        d = z - rate
+        if uniform(key, c0 + np.uint64(2 * k + 1)) <= math.exp(-0.5 * d * d):
+            return z
+    return a
+
+
+@njit(cache=True, inline="always")
+def tail_mean(a):
+    """E[X | X >= a] for X ~ N(0, 1): the inverse Mills ratio phi(a) / (1 - Phi(a))."""
+    if a > 30.0:
+        return a + 1.0 / a - 2.0 / (a * a * a)
+    q = 0.5 * math.erfc(a / math.sqrt(2.0))
+    return math.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi) / q
+
+
+@njit(cache=True, parallel=True)
+def probit_residuals(scores, labels, draw, key, e):
+    """Probit link (libFM's classification): latent z ~ N(score, 1) truncated to z > 0 for a
+    positive label, z <= 0 otherwise; e = z - score. Without ``draw``, z is the
+    truncated normal's mean (ALS). Returns Sum e^2."""
+    total = 0.0
+    for r in prange(scores.shape[0]):
+        s = scores[r]
+        if labels[r] > 0:
+            t = tail_normal(-s, key, r * _TAIL_BATCH) if draw else tail_mean(-s)
+        else:
+            t = -(tail_normal(s, key, r * _TAIL_BATCH) if draw else tail_mean(s))
+        e[r] = t
+        total += t * t
+    return total
+
+
+@njit(cache=True, parallel=True)
+def probit_probability(scores):
+    """Phi(score): the probit link's probability of a positive label."""
+    out = np.empty(scores.shape[0])
+    for r in prange(scores.shape[0]):
+        out[r] = 0.5 * math.erfc(-scores[r] / math.sqrt(2.0))
+    return out
+
+
+# --- colouring and schedules --------------------------------------------------
+
+@njit(cache=True)
+def colour(colptr, rows, col_of, order, n_rows):
+    """Greedy colours 0..63 such that features of one colour share no row; SERIAL when none is free.
+
+    ``order``: features in the order they pick (most frequent first). One
+    64-bit mask of taken colours per row: O(nnz).
+    """
+    taken = np.zeros(n_rows, dtype=np.uint64)
+    out = np.full(col_of.shape[0], SERIAL, dtype=np.int32)
+    one = np.uint64(1)
+    for i in order:
+        j = col_of[i]
+        used = np.uint64(0)
+        for k in range(colptr[j], colptr[j + 1]):
+            used |= taken[rows[k]]
+        if used == ~np.uint64(0):
+            continue
+        c = 0
+        while used & (one << np.uint64(c)):
+            c += 1
+        out[i] = c
+        bit = one << np.uint64(c)
+        for k in range(colptr[j], colptr[j + 1]):
+            taken[rows[k]] |= bit
+    return out
+
+
+# --- sweeps -------------------------------------------------------------------
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def linear_sweep(csc, group, w, mu, lam, alpha, e, draw, key, order, bounds, c0, c1):
+    """Update every w_i (h = x_i) in schedule classes c0..c1-1; returns non-finite draws."""
+    colptr, rows, values, col_of = csc
+    has_values = values.shape[0] > 0
+    parts = bounds.shape[1] - 1
+    bad = np.zeros(parts, dtype=np.int64)
+    for cls in range(c0, c1):
+        for t in prange(parts):
+            for idx in range(bounds[cls, t], bounds[cls, t + 1]):
+                i = order[idx]
+                j = col_of[i]
+                hh = 0.0
+                eh = 0.0
+                for k in range(colptr[j], colptr[j + 1]):
+                    x = np.float64(values[k]) if has_values else 1.0
+                    hh += x * x
+                    eh += e[rows[k]] * x
+                old = np.float64(w[i])
+                g = group[i]
+                p = alpha * hh + lam[g]
+                if not p > 0.0:
+                    continue
+                new = (alpha * (eh + old * hh) + lam[g] * mu[g]) / p
+                if draw:
+                    new += normal(key, i) / math.sqrt(p)
+                new32 = np.float32(new)
+                if not np.isfinite(new32):
+                    bad[t] += 1
+                    continue
+                d = np.float64(new32) - old
+                w[i] = new32
+                for k in range(colptr[j], colptr[j + 1]):
+                    x = np.float64(values[k]) if has_values else 1.0
+                    e[rows[k]] -= x * d
+    return bad.sum()
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def row_block_sums(r, csr, V, offset, width, f0, nb, size, size_next, S, T):
+    """S[r, b] = Sum_{i in F_l} v_{i, f0+b} x_i over row r; T the same over F_{l+1} (size_next > 0).
+
+    Columns nb..BLOCK-1 stay 0, so the block loops can run over all BLOCK.
+    """
+    indptr, indices, values = csr
+    has_values = values.shape[0] > 0
+    for b in range(BLOCK):
+        S[r, b] = 0.0
+    if size_next:
+        for b in range(BLOCK):
+            T[r, b] = 0.0
+    for k in range(indptr[r], indptr[r + 1]):
+        i = indices[k]
+        if i >= size:
+            continue
+        x = np.float64(values[k]) if has_values else 1.0
+        base = np.uint64(offset) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
+        for b in range(nb):
+            S[r, b] += V[base + np.uint64(b)] * x
+        if i < size_next:
+            for b in range(nb):
+                T[r, b] += V[base + np.uint64(b)] * x
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter):
+    """The conditional's mean (ALS) or a draw (MCMC); NaN when the precision is not positive."""
+    p = alpha * hh + prior_lam
+    if not p > 0.0:
+        return old
+    new = (alpha * (eh + old * hh) + prior_lam * prior_mu) / p
+    if draw:
+        new += normal(key, counter) / math.sqrt(p)
+    return new
+
+
+@njit(cache=True, error_model="numpy")
+def update_block(i, csc, V, base, nb, dep, mu, lam, g, cbase, alpha, e, S, T, draw, key, H, E, D):
+    """Update coordinates base..base+nb-1 of feature i (module notes); returns non-finite draws.
+
+    The prior of coordinate b is mu[g, cbase + b], lam[g, cbase + b]. A
+    feature with at most H.shape[1] rows is gathered once into the local
+    buffers H[b, k] = h_b of its k-th row and E[k] = e of that row; its
+    coordinates then move one by one on contiguous memory, and one more
+    pass writes e, S and T back. Larger features take two passes over their
+    rows per coordinate.
+    """
+    colptr, rows, values, col_of = csc
+    has_values = values.shape[0] > 0
+    j = col_of[i]
+    a, z = colptr[j], colptr[j + 1]
+    n = z - a
+    bad = 0
+    if n <= H.shape[1]:
+        for b in range(BLOCK):
+            D[b] = 0.0
+        for k in range(n):
+            r = rows[a + k]
+            x = np.float64(values[a + k]) if has_values else 1.0
+            E[k] = e[r]
+            for b in range(nb):
+                v = np.float64(V[base + np.uint64(b)])
+                H[b, k] = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - v * x)
+        for b in range(nb):
+            hh = 0.0
+            eh = 0.0
+            for k in range(n):
+                hh += H[b, k] * H[b, k]
+                eh += E[k] * H[b, k]
+            old = np.float64(V[base + np.uint64(b)])
+            new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cbase + b], lam[g, cbase + b], draw, key,
+                                     base + np.uint64(b)))
+            if not np.isfinite(new32):
+                bad += 1
+                continue
+            d = np.float64(new32) - old
+            V[base + np.uint64(b)] = new32
+            D[b] = d
+            if d != 0.0:
+                for k in range(n):
+                    E[k] -= H[b, k] * d
+        for k in range(n):
+            r = rows[a + k]
+            x = np.float64(values[a + k]) if has_values else 1.0
+            e[r] = E[k]
+            for b in range(nb):
+                S[r, b] += x * D[b]
+            if dep:
+                for b in range(nb):
+                    T[r, b] += x * D[b]
+        return bad
+    for b in range(nb):
+        old = np.float64(V[base + np.uint64(b)])
+        hh = 0.0
+        eh = 0.0
+        for k in range(a, z):
+            r = rows[k]
+            x = np.float64(values[k]) if has_values else 1.0
+            h = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - old * x)
+            hh += h * h
+            eh += e[r] * h
+        new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cbase + b], lam[g, cbase + b], draw, key,
+                                 base + np.uint64(b)))
+        if not np.isfinite(new32):
+            bad += 1
+            continue
+        d = np.float64(new32) - old
+        V[base + np.uint64(b)] = new32
+        if d == 0.0:
+            continue
+        for k in range(a, z):
+            r = rows[k]
+            x = np.float64(values[k]) if has_values else 1.0
+            h = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - old * x)
+            e[r] -= h * d
+            S[r, b] += x * d
+            if dep:
+                T[r, b] += x * d
+    return bad
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def factor_sweep(csr, csc, layout, group, mu, lam, alpha, e, S, T, draw, key, sched):
+    """Update every factor coordinate once (levels in order, BLOCK coordinates at a time).
+
+    ``layout`` = (widths, offsets, sizes, nested, V); ``mu`` and ``lam`` are
+    [group, coordinate] with level l's coordinates from ``sum(widths[:l])``;
+    S and T are [rows, BLOCK] scratch; ``sched`` = (order, bounds,
+    level_classes) from the colouring. Returns the number of non-finite
+    draws (those coordinates keep their value).
+    """
+    widths, offsets, sizes, nested, V = layout
+    order, bounds, level_classes = sched
+    m = widths.shape[0]
+    n = S.shape[0]
+    parts = bounds.shape[1] - 1
+    bad = np.zeros(parts, dtype=np.int64)
+    cstart = 0
+    for l in range(m):
+        width = widths[l]
+        size_next = sizes[l + 1] if nested and l + 1 < m else 0
+        for f0 in range(0, width, BLOCK):
+            nb = min(BLOCK, width - f0)
+            for r in prange(n):
+                row_block_sums(r, csr, V, offsets[l], width, f0, nb, sizes[l], size_next, S, T)
+            for cls in range(level_classes[l], level_classes[l + 1]):
+                for t in prange(parts):
+                    H = np.empty((BLOCK, LOCAL_ROWS))
+                    E = np.empty(LOCAL_ROWS)
+                    D = np.empty(BLOCK)
+                    for idx in range(bounds[cls, t], bounds[cls, t + 1]):
+                        i = order[idx]
+                        base = np.uint64(offsets[l]) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
+                        bad[t] += update_block(i, csc, V, base, nb, i < size_next, mu, lam, group[i],
+                                               cstart + f0, alpha, e, S, T, draw, key, H, E, D)
+        cstart += width
+    return bad.sum()
+
+
+@njit(cache=True)
+def group_moments(V, widths, offsets, sizes, group, n_groups):
+    """Per group and coordinate: (count, Sum v, Sum v^2) over the features of each level.
+
+    Coordinates are numbered level after level (level l from sum(widths[:l]));
+    count is |F_l and group g| for every coordinate of level l.
+    """
+    n_coords = 0
+    for l in range(widths.shape[0]):
+        n_coords += widths[l]
+    count = np.zeros((n_groups, n_coords))
+    total = np.zeros((n_groups, n_coords))
+    square = np.zeros((n_groups, n_coords))
+    cstart = 0
+    for l in range(widths.shape[0]):
+        width = widths[l]
+        for i in range(sizes[l]):
+            g = group[i]
+            base = offsets[l] + i * width
+            for f in range(width):
+                v = np.float64(V[base + f])
+                count[g, cstart + f] += 1.0
+                total[g, cstart + f] += v
+                square[g, cstart + f] += v * v
+        cstart += width
+    return count, total, square

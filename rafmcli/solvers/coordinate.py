@@ -1,0 +1,356 @@
+"""ALS and MCMC: the Python driver of the coordinate sweeps (libFM's fm_learn_mcmc).
+
+One loop serves both; ALS is MCMC without the draws (libFM TIST 2012, Sec. 4):
+
+* MCMC (Gibbs sampling) draws, in this order each iteration, the noise
+  precision alpha ~ Gamma((alpha_0 + n)/2, (gamma_0 + Sum e^2)/2), the bias,
+  per group the prior precision lam_g ~ Gamma((alpha_0 + n_g + 1)/2,
+  (gamma_0 + beta_0 (mu_g - mu_0)^2 + Sum_{i in g} (theta_i - mu_g)^2)/2) and
+  mean mu_g ~ N((Sum theta_i + beta_0 mu_0)/(n_g + beta_0), 1/((n_g + beta_0) lam_g))
+  of the linear weights, then the weights; then the same per group, level
+  and factor coordinate for the factors, then the factors
+  (:mod:`rafmcli.kernels.coordinate`). Predictions average the samples after
+  the burn-in; classification uses the probit link with latent targets.
+* ALS takes each coordinate's conditional mean with alpha = 1, prior means 0
+  and the prior precisions fixed to the ``--regular`` values: exact
+  coordinate descent on 1/2 Sum e^2 + 1/2 Sum lam theta^2.
+"""
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from rafmcli import metrics
+from rafmcli.errors import DivergedError
+from rafmcli.io.columns import columns_of
+from rafmcli.io.groups import single_group
+from rafmcli.levels import assign_levels
+from rafmcli.model.layout import aligned_copy, build
+from rafmcli.predict import kernel_rows
+from rafmcli.solvers.sgd import Log, initial_bias
+
+# libFM's hyperpriors (fm_learn_mcmc::init)
+ALPHA_0 = 1.0
+GAMMA_0 = 1.0
+BETA_0 = 1.0
+MU_0 = 0.0
+
+
+@dataclass
+class Regularisation:
+    """L2 weights / prior precisions: bias, linear per group, factors per group and level."""
+
+    bias: float
+    linear: np.ndarray    # [groups]
+    factors: np.ndarray   # [groups, levels]
+
+    @classmethod
+    def from_options(cls, opts, n_groups):
+        m = len(opts.ranks)
+        linear = np.broadcast_to(np.asarray(opts.reg_linear, dtype=np.float64), (n_groups,)).copy()
+        factors = np.asarray(opts.reg_factors, dtype=np.float64)
+        factors = np.broadcast_to(factors.reshape(-1, m) if factors.size > 1 else factors,
+                                  (n_groups, m)).copy()
+        return cls(float(opts.reg_bias), linear, factors)
+
+
+@dataclass
+class Schedule:
+    """Update order of the features of each level: colour classes, each split into thread parts.
+
+    Level l's classes are rows level_classes[l]..level_classes[l+1]-1 of
+    ``bounds``; class row c covers order[bounds[c, 0]:bounds[c, -1]], part t
+    order[bounds[c, t]:bounds[c, t+1]].
+    """
+
+    order: np.ndarray
+    bounds: np.ndarray
+    level_classes: np.ndarray
+    colours: np.ndarray
+
+    def kernel(self):
+        return self.order, self.bounds, self.level_classes
+
+
+def schedule(model, csc, counts, n_rows, parts):
+    """Colour the features (no two of a colour share a row) and split each class into ``parts``.
+
+    Features pick colours most frequent first; parts are balanced by rows.
+    """
+    from rafmcli.kernels.coordinate import SERIAL, colour
+
+    colptr, rows, _, col_of = csc
+    by_count = np.argsort(-counts, kind="stable").astype(np.int64)
+    colours = colour(colptr, rows, col_of, by_count, n_rows)
+    order, bounds, level_classes = [], [], [0]
+    start = 0
+    for size in model.sizes:
+        feats = np.arange(size)
+        feats = feats[np.argsort(colours[:size], kind="stable")]
+        cls = colours[feats]
+        cuts = np.flatnonzero(np.diff(cls)) + 1
+        for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [size]])):
+            if a == b:
+                continue
+            if cls[a] == SERIAL:
+                row = np.full(parts + 1, start + b)
+                row[0] = start + a
+            else:
+                work = np.cumsum(counts[feats[a:b]] + 4.0)
+                row = start + a + np.searchsorted(work, work[-1] * np.arange(parts + 1) / parts, side="left")
+                row[0], row[-1] = start + a, start + b
+            bounds.append(row)
+        order.append(feats)
+        start += size
+        level_classes.append(len(bounds))
+    order = np.concatenate(order).astype(np.int32) if order else np.zeros(0, np.int32)
+    bounds = np.array(bounds, dtype=np.int64).reshape(-1, parts + 1)
+    return Schedule(order, bounds, np.array(level_classes, dtype=np.int64), colours)
+
+
+@dataclass
+class Priors:
+    """Current prior means and precisions: linear [groups], factors [groups, coordinates]."""
+
+    mu_w: np.ndarray
+    lam_w: np.ndarray
+    mu_v: np.ndarray
+    lam_v: np.ndarray
+
+
+def fixed_priors(reg, widths):
+    """ALS: means 0, precisions the L2 weights (per group and level, broadcast over coordinates)."""
+    lam_v = np.repeat(reg.factors, widths, axis=1)
+    return Priors(np.zeros_like(reg.linear), reg.linear.copy(), np.zeros_like(lam_v), lam_v)
+
+
+def draw_hyper(rng, count, total, square, mu, lam):
+    """Draw lam then mu of every group (libFM's draw_*_lambda, draw_*_mu), in place.
+
+    ``count``, ``total``, ``square``: per group (and coordinate) n_g, Sum theta, Sum theta^2.
+    """
+    spread = square - 2.0 * mu * total + count * mu * mu
+    rate = 0.5 * (GAMMA_0 + BETA_0 * (mu - MU_0) ** 2 + np.maximum(spread, 0.0))
+    lam[...] = rng.gamma(0.5 * (ALPHA_0 + count + 1.0), 1.0 / rate)
+    precision = (count + BETA_0) * lam
+    mu[...] = rng.normal((total + BETA_0 * MU_0) / (count + BETA_0), 1.0 / np.sqrt(precision))
+
+
+@dataclass
+class Chain:
+    """Running sums of per-sample predictions (after the burn-in) for one data set."""
+
+    rows: tuple
+    total: np.ndarray
+    count: int = 0
+
+    def add(self, predictions):
+        self.total += predictions
+        self.count += 1
+
+    def mean(self):
+        return self.total / max(self.count, 1)
+
+
+@dataclass
+class Result:
+    """What a coordinate run returns: the model, per-iteration history, chain-averaged test predictions."""
+
+    model: object
+    history: list
+    test_predictions: np.ndarray | None
+
+
+def kept_iterations(iters, burn_in, keep):
+    """Iterations (1-based) whose samples the model file keeps: ``keep`` evenly spaced, the last included."""
+    n = iters - burn_in
+    keep = min(keep, n)
+    return {burn_in + int(math.ceil((k + 1) * n / keep)) for k in range(keep)}
+
+
+def train(data, opts, validation=None, test=None, groups=None, levels_override=None, rlog=None,
+          quiet=False, progress=True, echo=print, use_cache=True):
+    """ALS (``opts.method == "als"``) or MCMC (``"mcmc"``) on ``data``; returns a :class:`Result`.
+
+    ``groups``: a GroupAssignment of ``data.feature_ids`` (None: one group).
+    ALS keeps the iteration with the best validation metric and stops early
+    like SGD; MCMC runs ``opts.iters`` sweeps and predicts ``validation`` and
+    ``test`` with the average over the samples after ``opts.burn_in``.
+    """
+    import numba
+
+    from rafmcli.kernels import coordinate as K
+    from rafmcli.kernels.forward import predict_scores
+
+    sampling = opts.method == "mcmc"
+    probit = opts.task == "c"
+    rng = np.random.default_rng(opts.seed)
+    levels = assign_levels(data.counts, opts.ranks)
+    if levels_override is not None:
+        ids, lv = levels_override
+        pos = np.minimum(np.searchsorted(data.feature_ids, ids), max(data.feature_ids.shape[0] - 1, 0))
+        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
+        levels[pos[hit]] = lv[hit]
+    labels = np.asarray(data.labels, dtype=np.float64)
+    w0 = _initial_bias(opts.task, labels) if opts.bias else 0.0
+    model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, w0,
+                  (labels.min(), labels.max()))
+    model.link = "probit" if probit else model.link
+    order = np.argsort(-np.asarray(levels), kind="stable")  # build's renumbering: internal -> data column
+    groups = groups if groups is not None else single_group(data.feature_ids.shape[0])
+    group = np.ascontiguousarray(groups.group[order], dtype=np.int32)
+    n_groups = groups.n_groups
+    reg = Regularisation.from_options(opts, n_groups)
+    widths, offsets, sizes = model.widths, model.offsets, model.sizes
+    indptr, indices, values = kernel_rows(model, data)[:3]
+    csr = (indptr, indices, values)
+    cols = columns_of(data, use_cache)
+    csc = (cols.indptr, cols.rows, cols.values, order.astype(np.int32))
+    counts = np.asarray(data.counts, dtype=np.float64)[order]
+    threads_before = numba.get_num_threads()
+    numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
+    sched = schedule(model, csc, counts, data.n_rows, opts.threads)
+    layout = (widths, offsets, sizes, model.nested, model.V)
+    priors = fixed_priors(reg, widths)
+    n = data.n_rows
+    e = np.empty(n)
+    S = np.zeros((n, K.BLOCK))
+    T = np.zeros((n, K.BLOCK))
+    lev, _, _, V, w, _ = model.kernel_model()
+
+    def scores(rows):
+        return predict_scores(rows[0], rows[1], rows[2], lev, widths, offsets, V, w, model.w0, model.nested)
+
+    def finish(s):
+        if probit:
+            return K.probit_probability(s)
+        return np.clip(s, model.target_min, model.target_max)
+
+    chains = {}
+    for name, extra in (("validation", validation), ("test", test)):
+        if extra is not None:
+            rows = kernel_rows(model, extra)[:3]
+            chains[name] = Chain(rows, np.zeros(extra.n_rows))
+    burn_in = opts.burn_in if sampling else 0
+    keep = kept_iterations(opts.iters, burn_in, opts.keep_samples) if sampling else set()
+    samples = []
+    watch = metrics.early_stop_metric(opts.task)
+    best = (math.inf, 0, None)
+    history = []
+    log = Log(rlog, opts.task)
+    bar = None
+    if progress and not quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=opts.iters, unit="iter", leave=False, desc=f"{opts.model} {opts.method}", disable=None)
+    # e = target - y_hat is kept exact by every update; the probit target is the latent z
+    target = labels.copy()
+    np.subtract(target, scores(csr), out=e)
+    try:
+        for it in range(1, opts.iters + 1):
+            start = time.perf_counter()
+            keys = rng.integers(0, 2**63, size=3, dtype=np.int64)
+            if probit:
+                train_scores = target - e
+                K.probit_residuals(train_scores, labels, sampling, keys[0], e)
+                np.add(train_scores, e, out=target)
+            alpha = 1.0
+            if sampling and not probit:
+                alpha = rng.gamma(0.5 * (ALPHA_0 + n), 2.0 / (GAMMA_0 + float(e @ e)))
+            if opts.bias:
+                p = alpha * n + reg.bias
+                new = (alpha * (e.sum() + n * model.w0)) / p
+                if sampling:
+                    new += rng.standard_normal() / math.sqrt(p)
+                e -= new - model.w0
+                model.w0 = new
+            bad = 0
+            if opts.linear:
+                if sampling:
+                    count = np.bincount(group, minlength=n_groups).astype(np.float64)
+                    total = np.bincount(group, weights=w, minlength=n_groups)
+                    square = np.bincount(group, weights=np.square(w, dtype=np.float64), minlength=n_groups)
+                    draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w)
+                bad += K.linear_sweep(csc, group, w, priors.mu_w, priors.lam_w, alpha, e, sampling, keys[1],
+                                      sched.order, sched.bounds, sched.level_classes[0], sched.level_classes[1])
+            if sampling:
+                draw_hyper(rng, *K.group_moments(V, widths, offsets, sizes, group, n_groups),
+                           priors.mu_v, priors.lam_v)
+            bad += K.factor_sweep(csr, csc, layout, group, priors.mu_v, priors.lam_v, alpha, e, S, T, sampling,
+                                  keys[2], sched.kernel())
+            seconds = time.perf_counter() - start
+            if bad or not math.isfinite(alpha) or not math.isfinite(model.w0):
+                raise DivergedError(f"{opts.method}: non-finite parameters in iteration {it}")
+            row = {"epoch": it, "seconds": seconds,
+                   "train_loss": _train_loss(opts.task, labels, finish(target - e))}
+            averaging = it > burn_in
+            for name, chain in chains.items():
+                current = finish(scores(chain.rows))
+                if averaging:
+                    chain.add(current)
+                if name == "validation":
+                    shown = chain.mean() if averaging and sampling else current
+                    row.update(metrics.evaluate(opts.task, validation.labels, shown))
+            if not math.isfinite(row["train_loss"]) or ("validation" in chains and not math.isfinite(row[watch])):
+                raise DivergedError(f"{opts.method}: training diverged in iteration {it}")
+            if it in keep:
+                samples.append((model.w0, w.copy(), aligned_copy(V)))
+            history.append(row)
+            log.write(row)
+            if bar is not None:
+                bar.set_postfix({"loss": f"{row['train_loss']:.4f}"}, refresh=False)
+                bar.update(1)
+            if sampling or "validation" not in chains:
+                continue
+            if row[watch] < best[0]:
+                best = (row[watch], it, (model.w0, w.copy(), aligned_copy(V)))
+            elif opts.early_stop and it - best[1] >= opts.early_stop:
+                break
+    finally:
+        numba.set_num_threads(threads_before)
+        log.close()
+        if bar is not None:
+            bar.close()
+    if best[2] is not None:
+        model.w0, model.w, model.V = best[2]
+    if samples:
+        model.w0, model.w, model.V = samples[-1]
+        model.samples = samples
+    summary = {"epochs": len(history), "best_epoch": best[1] or len(history)}
+    if "validation" in chains and history:
+        summary["validation"] = {k: history[summary["best_epoch"] - 1][k] for k in metrics.names(opts.task)}
+    model.info = {"options": asdict(opts), "training": summary}
+    test_predictions = None
+    if test is not None:
+        test_predictions = chains["test"].mean() if sampling else None
+    if not quiet:
+        echo(_summary_line(opts, model, history, summary))
+    return Result(model, history, test_predictions)
+
+
+def _initial_bias(task, labels):
+    """Regression: the mean; probit: Phi^-1 of the positive rate."""
+    if task == "r":
+        return initial_bias(task, labels)
+    from statistics import NormalDist
+
+    rate = float(np.clip(np.mean(labels > 0), 1e-6, 1 - 1e-6))
+    return NormalDist().inv_cdf(rate)
+
+
+def _train_loss(task, labels, predictions):
+    if task == "r":
+        return float(np.sqrt(np.mean((predictions - labels) ** 2)))
+    return metrics.evaluate("c", labels, predictions)["logloss"]
+
+
+def _summary_line(opts, model, history, summary):
+    text = (f"{opts.model} {opts.method}: {model.n_params:,} parameters, {summary['epochs']} iterations, "
+            f"{sum(h['seconds'] for h in history):.2f}s")
+    if "validation" in summary:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in summary["validation"].items())
+        which = "chain average" if opts.method == "mcmc" else f"best iteration {summary['best_epoch']}"
+        text += f"; {which}: validation {shown}"
+    return text

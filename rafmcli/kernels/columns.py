@@ -1,6 +1,5 @@
 """Transposing CSR rows into CSC columns (the column access of the coordinate solvers)."""
 
-import numpy as np
 from numba import njit
 
 

@@ -38,10 +38,10 @@ Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 BLOCK = 8  # coordinates of one feature updated from one pass over its rows
-LOCAL_ROWS = 4096  # rows of a feature gathered into per-thread buffers
+LOCAL_ROWS = 4096  # default: rows of a feature gathered into per-thread buffers
 SERIAL = 64  # colour of features that could not be coloured: updated one by one
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -114,13 +114,13 @@ def tail_mean(a):
     return math.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi) / q
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def probit_residuals(scores, labels, draw, key, e):
     """Probit link (libFM's classification): latent z ~ N(score, 1) truncated to z > 0 for a
     positive label, z <= 0 otherwise; e = z - score. Without ``draw``, z is the
     truncated normal's mean (ALS). Returns Sum e^2."""
     total = 0.0
-    for r in prange(scores.shape[0]):
+    for r in range(scores.shape[0]):
         s = scores[r]
         if labels[r] > 0:
             t = tail_normal(-s, key, r * _TAIL_BATCH) if draw else tail_mean(-s)
@@ -131,11 +131,11 @@ def probit_residuals(scores, labels, draw, key, e):
     return total
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def probit_probability(scores):
     """Phi(score): the probit link's probability of a positive label."""
     out = np.empty(scores.shape[0])
-    for r in prange(scores.shape[0]):
+    for r in range(scores.shape[0]):
         out[r] = 0.5 * math.erfc(-scores[r] / math.sqrt(2.0))
     return out
 
@@ -169,75 +169,74 @@ def colour(colptr, rows, col_of, order, n_rows):
     return out
 
 
-# --- sweeps -------------------------------------------------------------------
+# --- sweeps: serial kernels over a range of features or rows, run on threads (nogil) ---
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def linear_sweep(csc, group, w, mu, lam, alpha, e, draw, key, order, bounds, c0, c1):
-    """Update every w_i (h = x_i) in schedule classes c0..c1-1; returns non-finite draws."""
+@njit(cache=True, nogil=True, error_model="numpy")
+def linear_part(csc, group, w, mu, lam, alpha, e, draw, key, order, lo, hi):
+    """Update w_i (h = x_i) for i in order[lo:hi]; returns the number of non-finite draws."""
     colptr, rows, values, col_of = csc
     has_values = values.shape[0] > 0
-    parts = bounds.shape[1] - 1
-    bad = np.zeros(parts, dtype=np.int64)
-    for cls in range(c0, c1):
-        for t in prange(parts):
-            for idx in range(bounds[cls, t], bounds[cls, t + 1]):
-                i = order[idx]
-                j = col_of[i]
-                hh = 0.0
-                eh = 0.0
-                for k in range(colptr[j], colptr[j + 1]):
-                    x = np.float64(values[k]) if has_values else 1.0
-                    hh += x * x
-                    eh += e[rows[k]] * x
-                old = np.float64(w[i])
-                g = group[i]
-                p = alpha * hh + lam[g]
-                if not p > 0.0:
-                    continue
-                new = (alpha * (eh + old * hh) + lam[g] * mu[g]) / p
-                if draw:
-                    new += normal(key, i) / math.sqrt(p)
-                new32 = np.float32(new)
-                if not np.isfinite(new32):
-                    bad[t] += 1
-                    continue
-                d = np.float64(new32) - old
-                w[i] = new32
-                for k in range(colptr[j], colptr[j + 1]):
-                    x = np.float64(values[k]) if has_values else 1.0
-                    e[rows[k]] -= x * d
-    return bad.sum()
+    bad = 0
+    for idx in range(lo, hi):
+        i = order[idx]
+        j = col_of[i]
+        hh = 0.0
+        eh = 0.0
+        for k in range(colptr[j], colptr[j + 1]):
+            x = np.float64(values[k]) if has_values else 1.0
+            hh += x * x
+            eh += e[rows[k]] * x
+        old = np.float64(w[i])
+        g = group[i]
+        new32 = np.float32(_draw(old, hh, eh, alpha, mu[g], lam[g], draw, key, i))
+        if not np.isfinite(new32):
+            bad += 1
+            continue
+        d = np.float64(new32) - old
+        w[i] = new32
+        for k in range(colptr[j], colptr[j + 1]):
+            x = np.float64(values[k]) if has_values else 1.0
+            e[rows[k]] -= x * d
+    return bad
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def row_block_sums(r, csr, V, offset, width, f0, nb, size, size_next, S, T):
-    """S[r, b] = Sum_{i in F_l} v_{i, f0+b} x_i over row r; T the same over F_{l+1} (size_next > 0).
+@njit(cache=True, nogil=True, error_model="numpy")
+def block_sums(csr, V, offset, width, f0, nb, size, size_next, S, T, lo, hi):
+    """For rows lo..hi-1: S[r, b] = Sum_{i in F_l} v_{i, f0+b} x_i, T the same over F_{l+1}.
 
-    Columns nb..BLOCK-1 stay 0, so the block loops can run over all BLOCK.
+    F_l = internal ids below ``size`` (F_{l+1}: below ``size_next``; 0: no T).
+    Columns nb..BLOCK-1 are 0, so the block loops can run over all BLOCK.
     """
     indptr, indices, values = csr
     has_values = values.shape[0] > 0
-    for b in range(BLOCK):
-        S[r, b] = 0.0
-    if size_next:
+    for r in range(lo, hi):
         for b in range(BLOCK):
-            T[r, b] = 0.0
-    for k in range(indptr[r], indptr[r + 1]):
-        i = indices[k]
-        if i >= size:
-            continue
-        x = np.float64(values[k]) if has_values else 1.0
-        base = np.uint64(offset) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
-        for b in range(nb):
-            S[r, b] += V[base + np.uint64(b)] * x
-        if i < size_next:
+            S[r, b] = 0.0
+        if size_next:
+            for b in range(BLOCK):
+                T[r, b] = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            i = indices[k]
+            if i >= size:
+                continue
+            x = np.float64(values[k]) if has_values else 1.0
+            base = np.uint64(offset) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
             for b in range(nb):
-                T[r, b] += V[base + np.uint64(b)] * x
+                S[r, b] += V[base + np.uint64(b)] * x
+            if i < size_next:
+                for b in range(nb):
+                    T[r, b] += V[base + np.uint64(b)] * x
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def coordinate_h(x, s, t, v, dep):
+    """h of one row: x (S - T) for a dependent coordinate, x (S - v x) otherwise (module notes)."""
+    return x * (s - t) if dep else x * (s - v * x)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter):
-    """The conditional's mean (ALS) or a draw (MCMC); NaN when the precision is not positive."""
+    """The conditional's mean (ALS) or a draw from it (MCMC); ``old`` when its precision is 0."""
     p = alpha * hh + prior_lam
     if not p > 0.0:
         return old
@@ -247,127 +246,99 @@ def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter):
     return new
 
 
-@njit(cache=True, error_model="numpy")
-def update_block(i, csc, V, base, nb, dep, mu, lam, g, cbase, alpha, e, S, T, draw, key, H, E, D):
-    """Update coordinates base..base+nb-1 of feature i (module notes); returns non-finite draws.
+@njit(cache=True, nogil=True, error_model="numpy")
+def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, cstart, order, lo, hi, buffers):
+    """Update coordinates f0..f0+BLOCK-1 (within level l's width) of v_i^(l) for i in order[lo:hi].
 
-    The prior of coordinate b is mu[g, cbase + b], lam[g, cbase + b]. A
-    feature with at most H.shape[1] rows is gathered once into the local
-    buffers H[b, k] = h_b of its k-th row and E[k] = e of that row; its
-    coordinates then move one by one on contiguous memory, and one more
-    pass writes e, S and T back. Larger features take two passes over their
-    rows per coordinate.
+    The prior of coordinate f of a feature in group g is mu[g, cstart + f],
+    lam[g, cstart + f]. S and T hold the block's row sums (:func:`block_sums`).
+
+    A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D),
+    this thread's) is gathered once: H[b, k] = h_b of its k-th row, E[k] = e
+    of that row. Its coordinates then move one by one on contiguous memory
+    (the h_b do not change while they do) and one more pass writes e, S and
+    T back. Larger features take two passes over their rows per coordinate.
+    Returns the number of non-finite draws (those coordinates keep their value).
     """
     colptr, rows, values, col_of = csc
+    widths, offsets, sizes, nested, V = layout
+    H, E, D = buffers
     has_values = values.shape[0] > 0
-    j = col_of[i]
-    a, z = colptr[j], colptr[j + 1]
-    n = z - a
+    m = widths.shape[0]
+    width = widths[l]
+    nb = min(BLOCK, width - f0)
+    size_next = sizes[l + 1] if nested and l + 1 < m else 0
     bad = 0
-    if n <= H.shape[1]:
-        for b in range(BLOCK):
-            D[b] = 0.0
-        for k in range(n):
-            r = rows[a + k]
-            x = np.float64(values[a + k]) if has_values else 1.0
-            E[k] = e[r]
+    for idx in range(lo, hi):
+        i = order[idx]
+        dep = i < size_next
+        g = group[i]
+        base = np.uint64(offsets[l]) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
+        j = col_of[i]
+        a, z = colptr[j], colptr[j + 1]
+        n = z - a
+        if n <= H.shape[1]:
+            for k in range(n):
+                r = rows[a + k]
+                x = np.float64(values[a + k]) if has_values else 1.0
+                E[k] = e[r]
+                for b in range(nb):
+                    H[b, k] = coordinate_h(x, S[r, b], T[r, b], np.float64(V[base + np.uint64(b)]), dep)
             for b in range(nb):
-                v = np.float64(V[base + np.uint64(b)])
-                H[b, k] = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - v * x)
+                hh = 0.0
+                eh = 0.0
+                for k in range(n):
+                    hh += H[b, k] * H[b, k]
+                    eh += E[k] * H[b, k]
+                old = np.float64(V[base + np.uint64(b)])
+                new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cstart + f0 + b], lam[g, cstart + f0 + b],
+                                         draw, key, base + np.uint64(b)))
+                D[b] = 0.0
+                if not np.isfinite(new32):
+                    bad += 1
+                    continue
+                D[b] = np.float64(new32) - old
+                V[base + np.uint64(b)] = new32
+                if D[b] != 0.0:
+                    for k in range(n):
+                        E[k] -= H[b, k] * D[b]
+            for k in range(n):
+                r = rows[a + k]
+                x = np.float64(values[a + k]) if has_values else 1.0
+                e[r] = E[k]
+                for b in range(nb):
+                    S[r, b] += x * D[b]
+                if dep:
+                    for b in range(nb):
+                        T[r, b] += x * D[b]
+            continue
         for b in range(nb):
+            old = np.float64(V[base + np.uint64(b)])
             hh = 0.0
             eh = 0.0
-            for k in range(n):
-                hh += H[b, k] * H[b, k]
-                eh += E[k] * H[b, k]
-            old = np.float64(V[base + np.uint64(b)])
-            new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cbase + b], lam[g, cbase + b], draw, key,
-                                     base + np.uint64(b)))
+            for k in range(a, z):
+                r = rows[k]
+                x = np.float64(values[k]) if has_values else 1.0
+                h = coordinate_h(x, S[r, b], T[r, b], old, dep)
+                hh += h * h
+                eh += e[r] * h
+            new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cstart + f0 + b], lam[g, cstart + f0 + b],
+                                     draw, key, base + np.uint64(b)))
             if not np.isfinite(new32):
                 bad += 1
                 continue
             d = np.float64(new32) - old
             V[base + np.uint64(b)] = new32
-            D[b] = d
-            if d != 0.0:
-                for k in range(n):
-                    E[k] -= H[b, k] * d
-        for k in range(n):
-            r = rows[a + k]
-            x = np.float64(values[a + k]) if has_values else 1.0
-            e[r] = E[k]
-            for b in range(nb):
-                S[r, b] += x * D[b]
-            if dep:
-                for b in range(nb):
-                    T[r, b] += x * D[b]
-        return bad
-    for b in range(nb):
-        old = np.float64(V[base + np.uint64(b)])
-        hh = 0.0
-        eh = 0.0
-        for k in range(a, z):
-            r = rows[k]
-            x = np.float64(values[k]) if has_values else 1.0
-            h = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - old * x)
-            hh += h * h
-            eh += e[r] * h
-        new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cbase + b], lam[g, cbase + b], draw, key,
-                                 base + np.uint64(b)))
-        if not np.isfinite(new32):
-            bad += 1
-            continue
-        d = np.float64(new32) - old
-        V[base + np.uint64(b)] = new32
-        if d == 0.0:
-            continue
-        for k in range(a, z):
-            r = rows[k]
-            x = np.float64(values[k]) if has_values else 1.0
-            h = x * (S[r, b] - T[r, b]) if dep else x * (S[r, b] - old * x)
-            e[r] -= h * d
-            S[r, b] += x * d
-            if dep:
-                T[r, b] += x * d
+            if d == 0.0:
+                continue
+            for k in range(a, z):
+                r = rows[k]
+                x = np.float64(values[k]) if has_values else 1.0
+                e[r] -= coordinate_h(x, S[r, b], T[r, b], old, dep) * d
+                S[r, b] += x * d
+                if dep:
+                    T[r, b] += x * d
     return bad
-
-
-@njit(cache=True, parallel=True, error_model="numpy")
-def factor_sweep(csr, csc, layout, group, mu, lam, alpha, e, S, T, draw, key, sched):
-    """Update every factor coordinate once (levels in order, BLOCK coordinates at a time).
-
-    ``layout`` = (widths, offsets, sizes, nested, V); ``mu`` and ``lam`` are
-    [group, coordinate] with level l's coordinates from ``sum(widths[:l])``;
-    S and T are [rows, BLOCK] scratch; ``sched`` = (order, bounds,
-    level_classes) from the colouring. Returns the number of non-finite
-    draws (those coordinates keep their value).
-    """
-    widths, offsets, sizes, nested, V = layout
-    order, bounds, level_classes = sched
-    m = widths.shape[0]
-    n = S.shape[0]
-    parts = bounds.shape[1] - 1
-    bad = np.zeros(parts, dtype=np.int64)
-    cstart = 0
-    for l in range(m):
-        width = widths[l]
-        size_next = sizes[l + 1] if nested and l + 1 < m else 0
-        for f0 in range(0, width, BLOCK):
-            nb = min(BLOCK, width - f0)
-            for r in prange(n):
-                row_block_sums(r, csr, V, offsets[l], width, f0, nb, sizes[l], size_next, S, T)
-            for cls in range(level_classes[l], level_classes[l + 1]):
-                for t in prange(parts):
-                    H = np.empty((BLOCK, LOCAL_ROWS))
-                    E = np.empty(LOCAL_ROWS)
-                    D = np.empty(BLOCK)
-                    for idx in range(bounds[cls, t], bounds[cls, t + 1]):
-                        i = order[idx]
-                        base = np.uint64(offsets[l]) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
-                        bad[t] += update_block(i, csc, V, base, nb, i < size_next, mu, lam, group[i],
-                                               cstart + f0, alpha, e, S, T, draw, key, H, E, D)
-        cstart += width
-    return bad.sum()
 
 
 @njit(cache=True)

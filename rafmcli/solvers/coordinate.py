@@ -161,6 +161,7 @@ class Result:
     model: object
     history: list
     test_predictions: np.ndarray | None
+    priors: Priors
 
 
 def kept_iterations(iters, burn_in, keep):
@@ -168,6 +169,145 @@ def kept_iterations(iters, burn_in, keep):
     n = iters - burn_in
     keep = min(keep, n)
     return {burn_in + int(math.ceil((k + 1) * n / keep)) for k in range(keep)}
+
+
+@dataclass
+class Problem:
+    """A model to fit and the data in the forms the sweeps take (internal feature ids)."""
+
+    model: object
+    labels: np.ndarray
+    csr: tuple        # (indptr, indices, values)
+    csc: tuple        # (colptr, rows, values, col_of): col_of[i] = data column of internal feature i
+    group: np.ndarray  # int32 group of each internal feature
+    n_groups: int
+    sched: Schedule
+
+    @property
+    def layout(self):
+        m = self.model
+        return m.widths, m.offsets, m.sizes, m.nested, m.V
+
+
+def prepare(data, opts, groups=None, levels_override=None, use_cache=True):
+    """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC and the update schedule."""
+    rng = np.random.default_rng(opts.seed)
+    levels = assign_levels(data.counts, opts.ranks)
+    if levels_override is not None:
+        ids, lv = levels_override
+        pos = np.minimum(np.searchsorted(data.feature_ids, ids), max(data.feature_ids.shape[0] - 1, 0))
+        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
+        levels[pos[hit]] = lv[hit]
+    labels = np.asarray(data.labels, dtype=np.float64)
+    w0 = _initial_bias(opts.task, labels) if opts.bias else 0.0
+    model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, w0,
+                  (labels.min(), labels.max()))
+    if opts.task == "c":
+        model.link = "probit"
+    order = np.argsort(-np.asarray(levels), kind="stable").astype(np.int32)  # build's renumbering
+    groups = groups if groups is not None else single_group(data.feature_ids.shape[0])
+    cols = columns_of(data, use_cache)
+    csc = (cols.indptr, cols.rows, cols.values, order)
+    counts = np.asarray(data.counts, dtype=np.float64)[order]
+    sched = schedule(model, csc, counts, data.n_rows, opts.threads)
+    return Problem(model, labels, kernel_rows(model, data)[:3], csc,
+                   np.ascontiguousarray(groups.group[order], dtype=np.int32), groups.n_groups, sched)
+
+
+@dataclass
+class Scratch:
+    """Working arrays of a run: residuals e, block sums S and T per row, each thread's buffers."""
+
+    e: np.ndarray
+    S: np.ndarray
+    T: np.ndarray
+    buffers: list   # per thread (H, E, D) for kernels.coordinate.factor_part
+
+    @classmethod
+    def for_rows(cls, n, threads=1, local_rows=None):
+        from rafmcli.kernels.coordinate import BLOCK, LOCAL_ROWS
+
+        local = min(LOCAL_ROWS if local_rows is None else local_rows, n)
+        buffers = [(np.empty((BLOCK, local)), np.empty(local), np.empty(BLOCK)) for _ in range(threads)]
+        return cls(np.empty(n), np.zeros((n, BLOCK)), np.zeros((n, BLOCK)), buffers)
+
+
+class Workers:
+    """``threads`` Python threads for the kernels, which release the GIL; inline when 1.
+
+    ``run(fn, n)`` calls fn(0) .. fn(n-1), on the threads when there are
+    several, and returns their results.
+    """
+
+    def __init__(self, threads):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="rafm") if threads > 1 else None
+
+    def run(self, fn, n):
+        if self.pool is None or n == 1:
+            return [fn(t) for t in range(n)]
+        return list(self.pool.map(fn, range(n)))
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True):
+    """One pass over the linear weights (unless ``linear`` is False) and every factor coordinate.
+
+    Colour classes run one after another, each split over the workers; a
+    level's BLOCK-coordinate blocks first get their row sums S, T. Returns
+    the number of non-finite draws.
+    """
+    from rafmcli.kernels import coordinate as K
+
+    order, bounds, classes = problem.sched.kernel()
+    csr, csc, group, layout = problem.csr, problem.csc, problem.group, problem.layout
+    widths, offsets, sizes, nested, V = layout
+    e, S, T = scratch.e, scratch.S, scratch.T
+    parts = bounds.shape[1] - 1
+    n = e.shape[0]
+    row_cuts = [t * n // parts for t in range(parts + 1)]
+    bad = 0
+    if linear:
+        w = problem.model.w
+        for c in range(classes[0], classes[1]):
+            bad += sum(workers.run(lambda t: K.linear_part(csc, group, w, priors.mu_w, priors.lam_w, alpha, e, draw,
+                                                       keys[0], order, bounds[c, t], bounds[c, t + 1]), parts))
+    cstart = 0
+    for l in range(len(widths)):
+        size_next = sizes[l + 1] if nested and l + 1 < len(widths) else 0
+        for f0 in range(0, widths[l], K.BLOCK):
+            nb = min(K.BLOCK, widths[l] - f0)
+            workers.run(lambda t: K.block_sums(csr, V, offsets[l], widths[l], f0, nb, sizes[l], size_next, S, T,
+                                               row_cuts[t], row_cuts[t + 1]), parts)
+            for c in range(classes[l], classes[l + 1]):
+                bad += sum(workers.run(lambda t: K.factor_part(csc, layout, group, priors.mu_v, priors.lam_v, alpha, e,
+                                                           S, T, draw, keys[1], l, f0, cstart, order, bounds[c, t],
+                                                           bounds[c, t + 1], scratch.buffers[t]), parts))
+        cstart += widths[l]
+    return bad
+
+
+def draw_alpha(rng, sse, n):
+    """The noise precision: alpha ~ Gamma((alpha_0 + n)/2, rate (gamma_0 + Sum e^2)/2)."""
+    return rng.gamma(0.5 * (ALPHA_0 + n), 2.0 / (GAMMA_0 + np.asarray(sse)))
+
+
+def draw_bias(rng, w0, e, alpha, reg, draw):
+    """The bias (h = 1, prior N(0, 1/reg)) from its conditional; e follows. Returns the new w0."""
+    n = e.shape[0]
+    p = alpha * n + reg
+    if not p > 0:
+        return w0
+    new = alpha * (e.sum() + n * w0) / p
+    if draw:
+        new += rng.standard_normal() / math.sqrt(p)
+    e -= new - w0
+    return new
 
 
 def train(data, opts, validation=None, test=None, groups=None, levels_override=None, rlog=None,
@@ -186,53 +326,40 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
 
     sampling = opts.method == "mcmc"
     probit = opts.task == "c"
-    rng = np.random.default_rng(opts.seed)
-    levels = assign_levels(data.counts, opts.ranks)
-    if levels_override is not None:
-        ids, lv = levels_override
-        pos = np.minimum(np.searchsorted(data.feature_ids, ids), max(data.feature_ids.shape[0] - 1, 0))
-        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
-        levels[pos[hit]] = lv[hit]
-    labels = np.asarray(data.labels, dtype=np.float64)
-    w0 = _initial_bias(opts.task, labels) if opts.bias else 0.0
-    model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, w0,
-                  (labels.min(), labels.max()))
-    model.link = "probit" if probit else model.link
-    order = np.argsort(-np.asarray(levels), kind="stable")  # build's renumbering: internal -> data column
-    groups = groups if groups is not None else single_group(data.feature_ids.shape[0])
-    group = np.ascontiguousarray(groups.group[order], dtype=np.int32)
-    n_groups = groups.n_groups
-    reg = Regularisation.from_options(opts, n_groups)
-    widths, offsets, sizes = model.widths, model.offsets, model.sizes
-    indptr, indices, values = kernel_rows(model, data)[:3]
-    csr = (indptr, indices, values)
-    cols = columns_of(data, use_cache)
-    csc = (cols.indptr, cols.rows, cols.values, order.astype(np.int32))
-    counts = np.asarray(data.counts, dtype=np.float64)[order]
     threads_before = numba.get_num_threads()
-    numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
-    sched = schedule(model, csc, counts, data.n_rows, opts.threads)
-    layout = (widths, offsets, sizes, model.nested, model.V)
-    priors = fixed_priors(reg, widths)
-    n = data.n_rows
-    e = np.empty(n)
-    S = np.zeros((n, K.BLOCK))
-    T = np.zeros((n, K.BLOCK))
-    lev, _, _, V, w, _ = model.kernel_model()
+    numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))  # the forward pass
+    workers = Workers(opts.threads)
+    try:
+        problem = prepare(data, opts, groups, levels_override, use_cache)
+        return _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K,
+                    predict_scores, workers)
+    finally:
+        workers.close()
+        numba.set_num_threads(threads_before)
+
+
+def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K, predict_scores,
+         workers):
+    rng = np.random.default_rng([opts.seed, 1])
+    model, labels = problem.model, problem.labels
+    reg = Regularisation.from_options(opts, problem.n_groups)
+    priors = fixed_priors(reg, model.widths)
+    n = labels.shape[0]
+    scratch = Scratch.for_rows(n, opts.threads)
+    e = scratch.e
+    lev = model.kernel_model()[0]
 
     def scores(rows):
-        return predict_scores(rows[0], rows[1], rows[2], lev, widths, offsets, V, w, model.w0, model.nested)
+        return predict_scores(rows[0], rows[1], rows[2], lev, model.widths, model.offsets, model.V, model.w,
+                              model.w0, model.nested)
 
     def finish(s):
-        if probit:
-            return K.probit_probability(s)
-        return np.clip(s, model.target_min, model.target_max)
+        return K.probit_probability(s) if probit else np.clip(s, model.target_min, model.target_max)
 
     chains = {}
     for name, extra in (("validation", validation), ("test", test)):
         if extra is not None:
-            rows = kernel_rows(model, extra)[:3]
-            chains[name] = Chain(rows, np.zeros(extra.n_rows))
+            chains[name] = Chain(kernel_rows(model, extra)[:3], np.zeros(extra.n_rows))
     burn_in = opts.burn_in if sampling else 0
     keep = kept_iterations(opts.iters, burn_in, opts.keep_samples) if sampling else set()
     samples = []
@@ -247,39 +374,29 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
         bar = tqdm(total=opts.iters, unit="iter", leave=False, desc=f"{opts.model} {opts.method}", disable=None)
     # e = target - y_hat is kept exact by every update; the probit target is the latent z
     target = labels.copy()
-    np.subtract(target, scores(csr), out=e)
+    np.subtract(target, scores(problem.csr), out=e)
     try:
         for it in range(1, opts.iters + 1):
             start = time.perf_counter()
             keys = rng.integers(0, 2**63, size=3, dtype=np.int64)
             if probit:
                 train_scores = target - e
-                K.probit_residuals(train_scores, labels, sampling, keys[0], e)
+                K.probit_residuals(train_scores, labels, sampling, keys[2], e)
                 np.add(train_scores, e, out=target)
-            alpha = 1.0
-            if sampling and not probit:
-                alpha = rng.gamma(0.5 * (ALPHA_0 + n), 2.0 / (GAMMA_0 + float(e @ e)))
+            alpha = draw_alpha(rng, float(np.square(e).sum()), n) if sampling and not probit else 1.0
             if opts.bias:
-                p = alpha * n + reg.bias
-                new = (alpha * (e.sum() + n * model.w0)) / p
-                if sampling:
-                    new += rng.standard_normal() / math.sqrt(p)
-                e -= new - model.w0
-                model.w0 = new
-            bad = 0
-            if opts.linear:
-                if sampling:
-                    count = np.bincount(group, minlength=n_groups).astype(np.float64)
-                    total = np.bincount(group, weights=w, minlength=n_groups)
-                    square = np.bincount(group, weights=np.square(w, dtype=np.float64), minlength=n_groups)
-                    draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w)
-                bad += K.linear_sweep(csc, group, w, priors.mu_w, priors.lam_w, alpha, e, sampling, keys[1],
-                                      sched.order, sched.bounds, sched.level_classes[0], sched.level_classes[1])
+                model.w0 = draw_bias(rng, model.w0, e, alpha, reg.bias, sampling)
             if sampling:
-                draw_hyper(rng, *K.group_moments(V, widths, offsets, sizes, group, n_groups),
-                           priors.mu_v, priors.lam_v)
-            bad += K.factor_sweep(csr, csc, layout, group, priors.mu_v, priors.lam_v, alpha, e, S, T, sampling,
-                                  keys[2], sched.kernel())
+                w = model.w
+                count = np.bincount(problem.group, minlength=problem.n_groups).astype(np.float64)
+                total = np.bincount(problem.group, weights=w, minlength=problem.n_groups)
+                square = np.bincount(problem.group, weights=np.square(w, dtype=np.float64),
+                                     minlength=problem.n_groups)
+                if opts.linear:
+                    draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w)
+                draw_hyper(rng, *K.group_moments(model.V, model.widths, model.offsets, model.sizes,
+                                                 problem.group, problem.n_groups), priors.mu_v, priors.lam_v)
+            bad = sweep(problem, priors, alpha, scratch, sampling, keys, workers, opts.linear)
             seconds = time.perf_counter() - start
             if bad or not math.isfinite(alpha) or not math.isfinite(model.w0):
                 raise DivergedError(f"{opts.method}: non-finite parameters in iteration {it}")
@@ -296,7 +413,7 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
             if not math.isfinite(row["train_loss"]) or ("validation" in chains and not math.isfinite(row[watch])):
                 raise DivergedError(f"{opts.method}: training diverged in iteration {it}")
             if it in keep:
-                samples.append((model.w0, w.copy(), aligned_copy(V)))
+                samples.append((model.w0, model.w.copy(), aligned_copy(model.V)))
             history.append(row)
             log.write(row)
             if bar is not None:
@@ -305,11 +422,10 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
             if sampling or "validation" not in chains:
                 continue
             if row[watch] < best[0]:
-                best = (row[watch], it, (model.w0, w.copy(), aligned_copy(V)))
+                best = (row[watch], it, (model.w0, model.w.copy(), aligned_copy(model.V)))
             elif opts.early_stop and it - best[1] >= opts.early_stop:
                 break
     finally:
-        numba.set_num_threads(threads_before)
         log.close()
         if bar is not None:
             bar.close()
@@ -322,12 +438,10 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     if "validation" in chains and history:
         summary["validation"] = {k: history[summary["best_epoch"] - 1][k] for k in metrics.names(opts.task)}
     model.info = {"options": asdict(opts), "training": summary}
-    test_predictions = None
-    if test is not None:
-        test_predictions = chains["test"].mean() if sampling else None
+    test_predictions = chains["test"].mean() if sampling and test is not None else None
     if not quiet:
         echo(_summary_line(opts, model, history, summary))
-    return Result(model, history, test_predictions)
+    return Result(model, history, test_predictions, priors)
 
 
 def _initial_bias(task, labels):

@@ -33,7 +33,7 @@ class Options:
     threads: int = 1
     early_stop: int = 5
     holdout: float = 0.1
-    burn_in: int = 0
+    burn_in: int | None = None   # mcmc; None: iters // 10 (burn_in_default)
     keep_samples: int = 10
     beta1: float = 0.9
     beta2: float = 0.999
@@ -51,6 +51,61 @@ class Options:
 
 
 DEFAULTS = Options()
+
+# Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
+# als and mcmc start from libFM's init_stdev; als's L2 weights are prior precisions
+# (added once per parameter, as libFM's ALS), not per occurrence; mcmc averages its
+# samples rather than picking an epoch, so it needs no hold-out.
+METHOD_DEFAULTS = {
+    "als": {"init_stdev": 0.1, "reg_linear": 10.0, "reg_factors": (10.0,)},
+    "mcmc": {"init_stdev": 0.1, "holdout": 0.0},
+}
+
+# Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.
+_SGD_ONLY = ("learn_rate", "dependent_rate", "variant", "dependent_weight")
+METHOD_IGNORES = {
+    "sgd": ("burn_in", "keep_samples"),
+    "adagrad": ("burn_in", "keep_samples"),
+    "adam": ("burn_in", "keep_samples"),
+    "als": _SGD_ONLY + ("burn_in", "keep_samples"),
+    "mcmc": _SGD_ONLY + ("regular", "early_stop"),
+}
+
+
+def method_default(method, name):
+    """The default of option ``name`` (an Options field) under ``method``."""
+    return METHOD_DEFAULTS.get(method, {}).get(name, getattr(DEFAULTS, name))
+
+
+def burn_in_default(iters):
+    """MCMC samples discarded before averaging when --burn-in is not given: a tenth of the chain."""
+    return iters // 10
+
+
+def regularisation(values, m, n_groups=None):
+    """(reg_bias, reg_linear, reg_factors) from --regular's values.
+
+    r0,r1,r2 (one each) or r0,r1,r2_1..r2_m (per level); with n_groups G
+    (--meta), also libFM's r0,r1_1..r1_G,r2_1..r2_G (per group) or
+    r0,r1_1..r1_G then r2 per group and level (group by group). Per-group
+    forms give tuples: reg_linear [G], reg_factors [G*m], group-major.
+    """
+    values = tuple(float(v) for v in values)
+    G = n_groups
+    if G and len(values) == 1 + 2 * G and G > 1:
+        return values[0], values[1:1 + G], tuple(r for r in values[1 + G:] for _ in range(m))
+    if G and len(values) == 1 + G + G * m and G > 1:
+        return values[0], values[1:1 + G], values[1 + G:]
+    if len(values) == 3:
+        return values[0], values[1], (values[2],) * m
+    if len(values) == 2 + m:
+        return values[0], values[1], values[2:]
+    forms = ["r0,r1,r2"] + ([f"r0,r1,r2_1..r2_{m} ({2 + m} values)"] if m > 1 else [])
+    if G and G > 1:
+        forms += [f"r0,r1_1..r1_{G},r2_1..r2_{G} ({1 + 2 * G} values)"]
+        if m > 1:
+            forms += [f"r0,r1 per group,r2 per group and level ({1 + G + G * m} values)"]
+    raise ValueError(f"expected {' or '.join(forms)}, got {len(values)} values")
 
 
 def per_level(values, m):

@@ -26,11 +26,16 @@ def kernel_rows(model, data):
 
 
 def finish(model, scores):
-    """Probabilities for classification; values clipped to the training range for regression;
-    raw scores (log-odds of a row against noise) for implicit models."""
+    """Probabilities for classification (sigmoid, or the normal CDF for a probit model); values
+    clipped to the training range for regression; raw scores (log-odds of a row against noise)
+    for implicit models."""
     if model.task == "implicit":
         return scores
     if model.task == "c":
+        if model.link == "probit":
+            from rafmcli.kernels.coordinate import probit_probability
+
+            return probit_probability(np.asarray(scores, dtype=np.float64))
         return 1.0 / (1.0 + np.exp(-np.clip(scores, -700, 700)))
     return np.clip(scores, model.target_min, model.target_max)
 
@@ -43,18 +48,33 @@ class Predictions(NamedTuple):
     unseen_distinct: int  # distinct ids among them
 
 
-def margin_rows(model, rows):
-    """Raw scores y(x) = w0 + Sum w_i x_i + pairwise part for rows in ``kernel_rows`` form."""
+def _sample_margins(model, rows):
+    """Raw scores of every kept draw (one: the model itself) for rows in ``kernel_rows`` form."""
     from rafmcli.kernels.forward import predict_scores
 
     indptr, indices, values = rows[:3]
-    lev, widths, offsets, V, w, w0 = model.kernel_model()
-    return predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0[0], model.nested)
+    lev, widths, offsets = model.kernel_model()[:3]
+    for w0, w, V in model.samples or [(model.w0, model.w, model.V)]:
+        yield predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, model.nested)
+
+
+def margin_rows(model, rows):
+    """Raw scores y(x) = w0 + Sum w_i x_i + pairwise part for rows in ``kernel_rows`` form
+    (an MCMC model: their mean over its kept draws)."""
+    return _mean(_sample_margins(model, rows))
 
 
 def predict_rows(model, rows):
-    """Predictions for rows already in ``kernel_rows`` form."""
-    return finish(model, margin_rows(model, rows))
+    """Predictions for rows already in ``kernel_rows`` form: an MCMC model averages its draws' predictions."""
+    return _mean(finish(model, s) for s in _sample_margins(model, rows))
+
+
+def _mean(arrays):
+    total, count = None, 0
+    for a in arrays:
+        total = a.astype(np.float64) if total is None else total + a
+        count += 1
+    return total / count
 
 
 def predict_dataset(model, data, raw=False):

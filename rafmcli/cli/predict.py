@@ -31,17 +31,17 @@ def predict(model_path, out, raw, metrics, quiet, files, no_cache):
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.metrics import evaluate
     from rafmcli.model import files as model_files
-    from rafmcli.predict import finish, predict_dataset
+    from rafmcli.predict import predict_dataset
 
     model = model_files.load(model_path)
     datasets = [read(f, no_cache, quiet) for f in files]
     parts, scored = [], []
     for name, data in zip(files, datasets):
-        result = predict_dataset(model, data, raw=True)
+        result = predict_dataset(model, data)  # an MCMC model: the mean of its draws' predictions
         if not quiet:
             warn_unseen(name, result.unseen, result.unseen_distinct)
-        finished = finish(model, result.values)
-        parts.append(result.values if raw else finished)
+        finished = result.values
+        parts.append(predict_dataset(model, data, raw=True).values if raw else finished)
         scored.append((name, data.labels, finished))
     with Outputs() as outputs:
         outputs.write(out, lambda fh: format_predictions(fh, np.concatenate(parts)))

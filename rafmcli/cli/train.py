@@ -31,6 +31,23 @@ def _shown(values):
     return ",".join(f"{v:g}" for v in values)
 
 
+def _given(ctx, name):
+    return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def check_method_options(ctx, method):
+    """Refuse options the chosen method has no use for (exit 2)."""
+    from rafmcli.options import METHOD_IGNORES
+
+    for name in METHOD_IGNORES.get(method, ()):
+        if _given(ctx, name):
+            why = {"mcmc": "MCMC draws its regularisation from hyperpriors and averages every sample "
+                           "after --burn-in",
+                   "als": "ALS takes each coordinate's exact minimiser and keeps one model"}.get(
+                method, "--burn-in and --keep-samples are for --method mcmc")
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
+
+
 @click.command()
 @click.option("--task", type=click.Choice(["r", "c", "implicit"]), required=True,
               help="r: regression (square loss); c: binary classification (logistic loss, "
@@ -41,7 +58,7 @@ def _shown(values):
               help="Validation file: metrics after each epoch, early stopping, best epoch kept.")
 @click.option("--holdout", type=click.FloatRange(0, 0.5), default=D.holdout, show_default=True,
               help="Without --validation, the fraction of training rows held out to validate on; "
-                   "0 trains on all rows for --iter epochs.")
+                   "0 trains on all rows for --iter epochs.  [mcmc: 0]")
 @click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
 @click.option("--out", type=OUTPUT, help="Prediction file for --test, one value a line; - for stdout.")
 @click.option("--save-model", type=BINARY_OUTPUT, help="Write the trained model to this file.")
@@ -53,8 +70,17 @@ def _shown(values):
               help=f"Ranks D_1<...<D_m of rafm and difacto.  [default: {_shown(DEFAULT_RANKS['rafm'])}]")
 @click.option("--levels", "levels_file", type=click.Path(dir_okay=False),
               help="File of 'feature level' lines overriding the Eq. 17 level k_i of those features.")
-@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam"]), default=D.method, show_default=True,
-              help="Optimizer; adagrad and adam update lazily, only the rows a sample touches.")
+@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam", "als", "mcmc"]), default=D.method,
+              show_default=True,
+              help="sgd, adagrad, adam: stochastic gradients (adagrad and adam update lazily, only the rows a "
+                   "sample touches); als: coordinate descent, each parameter set to its exact minimiser; "
+                   "mcmc: Bayesian FM by Gibbs sampling with hyperpriors (libFM's default), predictions "
+                   "averaged over the chain, no learning rate or regularisation to tune.")
+@click.option("--burn-in", type=click.IntRange(0),
+              help="mcmc: samples drawn before the average starts.  [default: --iter/10]")
+@click.option("--keep-samples", type=click.IntRange(1), default=D.keep_samples, show_default=True,
+              help="mcmc: samples kept in the --save-model file, evenly spaced after the burn-in; the "
+                   "file grows by a model's size for each.")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
 @click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
@@ -69,9 +95,11 @@ def _shown(values):
 @click.option("--regular", type=FLOATS,
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
-                   "(r0,r1,r2_1,...,r2_m). Applied when a feature occurs.")
+                   "(r0,r1,r2_1,...,r2_m); with --meta, one value per group (r0,r1_1..r1_G,r2_1..r2_G) "
+                   "or r2 per group and level. sgd, adagrad, adam: applied when a feature occurs; "
+                   "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10]")
 @click.option("--init-stdev", type=click.FloatRange(0), default=D.init_stdev, show_default=True,
-              help="Standard deviation of the normal initialisation of the factors.")
+              help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
 @click.option("--linear/--no-linear", default=D.linear, show_default=True, help="Use the linear weights w_i.")
 @click.option("--seed", type=int, default=D.seed, show_default=True,
@@ -81,7 +109,9 @@ def _shown(values):
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
               help="Stop after this many epochs without a better validation metric (RMSE or logloss); 0: never.")
 @click.option("--meta", type=click.Path(dir_okay=False),
-              help="Feature groups (libFM's group file: line n holds the group of feature n).")
+              help="Feature groups (libFM's group file: line n holds the group of feature n; features beyond "
+                   "the file form one more group): als and mcmc give each group its own priors and L2 "
+                   "weights (--regular per group); implicit data resamples negatives by group.")
 @click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
 @click.option("--alpha1", type=click.FloatRange(0), default=D.alpha1, show_default=True,
@@ -111,8 +141,8 @@ def _shown(values):
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
 def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
-          levels_file, method, iters, learn_rate, dependent_rate, variant, dependent_weight, regular,
-          init_stdev, bias, linear, seed, threads, early_stop, meta, negatives, alpha1, alpha2, loss, nce,
+          levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
+          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, meta, negatives, alpha1, alpha2, loss, nce,
           reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
@@ -123,7 +153,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     """
     from rafmcli.errors import printable
     from rafmcli.io.levels_file import read_levels_file
-    from rafmcli.options import Options, per_level
+    from rafmcli.options import Options, method_default, regularisation
     from rafmcli.solvers.sgd import holdout_split
 
     if dim is not None and ranks is not None:
@@ -136,12 +166,25 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     if out and not test:
         raise click.UsageError("--out needs --test FILE")
     distinct_outputs(out=out, save_model=save_model, rlog=rlog)
-    if len(regular) < 3:
-        raise click.BadParameter("expected r0,r1,r2 (or r0,r1,r2_1,...,r2_m)", param_hint="--regular")
-    try:
-        reg_factors = per_level(regular[2:], len(ranks))
+    ctx = click.get_current_context()
+    check_method_options(ctx, method)
+    coordinate = method in ("als", "mcmc")
+    if coordinate and task == "implicit":
+        raise click.UsageError(f"--task implicit trains with sgd, adagrad or adam, not --method {method}")
+    if meta and not coordinate and task != "implicit":
+        raise click.UsageError("--meta applies to --method als and mcmc and to --task implicit")
+    if method == "mcmc" and burn_in is not None and burn_in >= iters:
+        raise click.BadParameter(f"must be below --iter ({iters})", param_hint="--burn-in")
+    init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
+    holdout = holdout if _given(ctx, "holdout") else method_default(method, "holdout")
+    if not _given(ctx, "regular"):
+        regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
+                   + tuple(method_default(method, "reg_factors")))
+    try:  # without --meta the form is known now; with it, once the data gives the number of groups
+        reg_bias, reg_linear, reg_factors = regularisation(regular, len(ranks))
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--regular") from None
+        if not (meta and coordinate):
+            raise click.BadParameter(str(exc), param_hint="--regular") from None
     if threads > 1:
         import numba
 
@@ -175,11 +218,22 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         if absent:
             click.echo(f"rafm: {printable(levels_file)}: {absent:,} of its {levels_override.ids.shape[0]:,} "
                        f"features do not occur in training; their levels are not used", err=True)
+    assignment = None
+    if meta and coordinate:
+        assignment = groups.assign(data.feature_ids)
+        if assignment.beyond and not quiet:
+            click.echo(f"rafm: {printable(meta)}: {assignment.beyond:,} features beyond its "
+                       f"{groups.of_id.shape[0]:,} lines form group {assignment.n_groups - 1}", err=True)
+        try:
+            reg_bias, reg_linear, reg_factors = regularisation(regular, len(ranks), assignment.n_groups)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--regular") from None
     opts = Options(task=task, model=model_kind, ranks=tuple(ranks), method=method, iters=iters,
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
-                   dependent_weight=dependent_weight, reg_bias=regular[0], reg_linear=regular[1],
+                   dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
-                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout,
+                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, burn_in=burn_in,
+                   keep_samples=keep_samples,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
                    eval_group=eval_group, top_k=top_k)
@@ -187,14 +241,22 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
 
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
-    from rafmcli.predict import predict_dataset
+    from rafmcli.predict import kernel_rows, predict_dataset
     from rafmcli.solvers.sgd import train as run_training
 
     with Outputs() as outputs:
         log = outputs.open(rlog) if rlog else None
         override = None if levels_override is None else (levels_override.ids, levels_override.levels)
         echo = lambda m: click.echo(m, err=True)  # noqa: E731
-        if implicit:
+        chain_predictions = None
+        if coordinate:
+            from rafmcli.solvers.coordinate import train as run_coordinate
+
+            result = run_coordinate(data, opts, validation=valid, test=test_data, groups=assignment,
+                                    levels_override=override, rlog=log, quiet=quiet, echo=echo,
+                                    use_cache=not no_cache)
+            model, chain_predictions = result.model, result.test_predictions
+        elif implicit:
             from rafmcli.solvers.implicit import train as run_implicit
 
             model, _ = run_implicit(data, groups, opts, validation=valid, levels_override=override,
@@ -205,6 +267,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
         if test_data is not None:
-            predictions, unseen, distinct = predict_dataset(model, test_data)
+            if chain_predictions is not None:  # mcmc: the average over the whole chain
+                predictions, (unseen, distinct) = chain_predictions, kernel_rows(model, test_data)[3:]
+            else:
+                predictions, unseen, distinct = predict_dataset(model, test_data)
             warn_unseen(test, unseen, distinct)
             outputs.write(out, functools.partial(format_predictions, predictions=predictions))

@@ -1,8 +1,15 @@
 """Model files: a zip archive (readable with any unzip tool) of ``model.json``
-(format version, kind, task, ranks, target range, training options, metrics)
-and ``.npy`` arrays: ``feature_ids`` (original id of each internal feature),
-``levels`` (k_i), ``w`` and ``V``; implicit models add their group values
-(:class:`rafmcli.model.vocabulary.Vocabulary`). No pickle is involved.
+(format version, kind, task, ranks, target range, link, training options,
+metrics) and ``.npy`` arrays: ``feature_ids`` (original id of each internal
+feature), ``levels`` (k_i), ``w`` and ``V``; implicit models add their group
+values (:class:`rafmcli.model.vocabulary.Vocabulary`). No pickle is involved.
+
+Version 2 adds ``link`` (classification: ``logit`` or ``probit``) and
+``samples``: an MCMC model keeps K draws of the chain, the last as ``w0``,
+``w`` and ``V`` and the K-1 others as rows of ``sample_w0`` [K-1],
+``sample_w`` [K-1, features] and ``sample_V`` [K-1, factors]; it predicts
+the mean of the K draws' predictions. Version 1 files (no link: logit, one
+draw) still load.
 """
 
 import functools
@@ -17,7 +24,8 @@ from rafmcli.io.output import Outputs
 from rafmcli.model.layout import Model, aligned_zeros
 
 FORMAT_NAME = "rafm-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS = (1, 2)
 
 
 def write(model, fh):
@@ -27,16 +35,33 @@ def write(model, fh):
         "model": model.kind, "task": model.task, "ranks": list(model.ranks),
         "n_features": int(model.feature_ids.shape[0]), "level_sizes": model.sizes.tolist(),
         "w0": model.w0, "target_min": model.target_min, "target_max": model.target_max,
+        "link": model.link, "samples": max(len(model.samples), 1),
         **model.info,
     }
     arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
     if model.vocabulary is not None:
         arrays.update(model.vocabulary.arrays())
+    others = model.samples[:-1]
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr("model.json", json.dumps(header, indent=1))
         for name, arr in arrays.items():
             with zf.open(name + ".npy", "w", force_zip64=True) as out:
                 np.lib.format.write_array(out, np.ascontiguousarray(arr), allow_pickle=False)
+        if others:
+            with zf.open("sample_w0.npy", "w") as out:
+                np.lib.format.write_array(out, np.array([s[0] for s in others], dtype=np.float64))
+            for k, name in ((1, "sample_w"), (2, "sample_V")):
+                _write_rows(zf, name, [s[k] for s in others])
+
+
+def _write_rows(zf, name, rows):
+    """Stack equal-length float32 ``rows`` into ``name.npy``, one row at a time (no stacked copy)."""
+    with zf.open(name + ".npy", "w", force_zip64=True) as out:
+        np.lib.format.write_array_header_2_0(
+            out, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                  "shape": (len(rows), rows[0].shape[0])})
+        for row in rows:
+            out.write(np.ascontiguousarray(row, dtype=np.float32).data)
 
 
 def save(model, path):
@@ -74,9 +99,9 @@ def load(path):
             if header.get("format") != FORMAT_NAME:
                 raise InputError(f"{path}: not a rafm model file")
             version = header.get("format_version")
-            if version != FORMAT_VERSION:
+            if version not in READS:
                 raise InputError(f"{path}: model format version {version} is not supported by "
-                                 f"rafm {__version__} (it reads version {FORMAT_VERSION})")
+                                 f"rafm {__version__} (it reads versions {', '.join(map(str, READS))})")
             arrays = {}
             for name in ("feature_ids", "levels", "w"):
                 with zf.open(name + ".npy") as fh:
@@ -90,6 +115,11 @@ def load(path):
                 vocabulary = Vocabulary.from_arrays(
                     {name: np.lib.format.read_array(zf.open(name + ".npy"), allow_pickle=False)
                      for name in Vocabulary.ARRAYS})
+            n_samples = int(header.get("samples", 1))
+            if n_samples > 1:
+                for name in ("sample_w0", "sample_w", "sample_V"):
+                    with zf.open(name + ".npy") as fh:
+                        arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
     except InputError:
         raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -97,11 +127,20 @@ def load(path):
     info = {k: v for k, v in header.items() if k in ("options", "training", "classes")}
     model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
                   arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
-                  float(header["target_min"]), float(header["target_max"]), info, vocabulary)
+                  float(header["target_min"]), float(header["target_max"]), info, vocabulary,
+                  header.get("link", "logit"))
     n = model.feature_ids.shape[0]
     if (model.levels.shape[0] != n or model.w.shape[0] != n
             or model.V.shape[0] != int((model.sizes * model.widths).sum())
             or np.any(np.diff(model.levels.astype(np.int64)) > 0)
-            or model.sizes.tolist() != header.get("level_sizes")):
+            or model.sizes.tolist() != header.get("level_sizes")
+            or model.link not in ("logit", "probit")):
         raise InputError(f"{path}: damaged model file (array sizes disagree with the header)")
+    if "sample_V" in arrays:
+        w0s, ws, Vs = arrays["sample_w0"], arrays["sample_w"], arrays["sample_V"]
+        k = n_samples - 1
+        if (w0s.shape != (k,) or ws.shape != (k, n) or Vs.shape != (k, model.V.shape[0])
+                or ws.dtype != np.float32 or Vs.dtype != np.float32):
+            raise InputError(f"{path}: damaged model file (sample arrays disagree with the header)")
+        model.samples = [(float(w0s[j]), ws[j], Vs[j]) for j in range(k)] + [(model.w0, model.w, model.V)]
     return model

@@ -28,6 +28,7 @@ from rafmcli.io.columns import columns_of
 from rafmcli.io.groups import single_group
 from rafmcli.levels import assign_levels
 from rafmcli.model.layout import aligned_copy, build
+from rafmcli.options import burn_in_default
 from rafmcli.predict import kernel_rows
 from rafmcli.solvers.sgd import Log, initial_bias
 
@@ -210,8 +211,20 @@ def prepare(data, opts, groups=None, levels_override=None, use_cache=True):
     csc = (cols.indptr, cols.rows, cols.values, order)
     counts = np.asarray(data.counts, dtype=np.float64)[order]
     sched = schedule(model, csc, counts, data.n_rows, opts.threads)
-    return Problem(model, labels, kernel_rows(model, data)[:3], csc,
+    csr = kernel_rows(model, data)[:3]
+    return Problem(model, labels, _read_only(csr), _read_only(csc),
                    np.ascontiguousarray(groups.group[order], dtype=np.int32), groups.n_groups, sched)
+
+
+def _read_only(arrays):
+    """Read-only views: the kernels then compile once, whether the data is memory-mapped from the
+    binary cache (read-only) or built in memory."""
+    views = []
+    for a in arrays:
+        v = np.asarray(a).view(np.ndarray)
+        v.flags.writeable = False
+        views.append(v)
+    return tuple(views)
 
 
 @dataclass
@@ -360,7 +373,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     for name, extra in (("validation", validation), ("test", test)):
         if extra is not None:
             chains[name] = Chain(kernel_rows(model, extra)[:3], np.zeros(extra.n_rows))
-    burn_in = opts.burn_in if sampling else 0
+    burn_in = 0 if not sampling else burn_in_default(opts.iters) if opts.burn_in is None else opts.burn_in
     keep = kept_iterations(opts.iters, burn_in, opts.keep_samples) if sampling else set()
     samples = []
     watch = metrics.early_stop_metric(opts.task)
@@ -426,7 +439,6 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
             elif opts.early_stop and it - best[1] >= opts.early_stop:
                 break
     finally:
-        log.close()
         if bar is not None:
             bar.close()
     if best[2] is not None:

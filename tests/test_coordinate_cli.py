@@ -146,7 +146,7 @@ def test_version_1_model_files_still_load(tmp_path, sample):
                 del header["link"], header["samples"]
                 data = json.dumps(header).encode()
             dst.writestr(item, data)
-    old, new = model_files.load(str(tmp_path / "m1.rafm")), model_files.load(str(tmp_path / "m2.rafm"))
+    old = model_files.load(str(tmp_path / "m1.rafm"))
     assert old.link == "logit" and old.samples == []
     test = sample("classification.test")
     outputs = [run("predict", "--model", tmp_path / name, test).output for name in ("m1.rafm", "m2.rafm")]

@@ -277,7 +277,7 @@ def test_bad_test_file_fails_before_training(sample, tmp_path):
     (["--dim", "4", "--ranks", "4,8"], "not both"),
     (["--test", "x"], "--test needs --out"),
     (["--regular", "0,0"], "r0,r1,r2"),
-    (["--regular", "0,0,1,2,3"], "1 or 2"),
+    (["--regular", "0,0,1,2,3"], "got 5 values"),
     (["--regular", "0,-1,0"], "non-negative"),
     (["--learn-rate", "0"], "learn-rate"),
     (["--method", "lbfgs"], "lbfgs"),

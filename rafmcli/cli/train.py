@@ -142,8 +142,8 @@ def check_method_options(ctx, method):
 @no_cache_option
 def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
           levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
-          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, meta, negatives, alpha1, alpha2, loss, nce,
-          reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
+          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, meta, negatives,
+          alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
     Each feature gets its rank level by the log-nearest rule (paper Eq. 17)

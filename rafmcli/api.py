@@ -172,8 +172,8 @@ class _FMEstimator:
     def __init__(self, model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
-                 holdout=None, beta1=None, beta2=None, eps=None, levels=None, warm_start=False,
-                 verbose=False):
+                 holdout=None, burn_in=None, keep_samples=None, beta1=None, beta2=None, eps=None, levels=None,
+                 warm_start=False, verbose=False):
         self.model = model
         self.ranks = ranks
         self.method = method
@@ -192,6 +192,8 @@ class _FMEstimator:
         self.threads = threads
         self.early_stop = early_stop
         self.holdout = holdout
+        self.burn_in = burn_in
+        self.keep_samples = keep_samples
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps
@@ -244,6 +246,9 @@ class _FMEstimator:
         if model not in table.DEFAULT_RANKS:
             raise ValueError(f"model must be one of {', '.join(table.DEFAULT_RANKS)}, not {model!r}")
         ranks = self._ranks(given.pop("ranks", None), model)
+        method = given.get("method", table.DEFAULTS.method)
+        for name in table.METHOD_DEFAULTS.get(method, {}):  # als and mcmc: their own defaults
+            given.setdefault(name, table.method_default(method, name))
         reg = given.pop("reg_factors", table.DEFAULTS.reg_factors)
         reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
         opts = table.Options(task=self._task, ranks=ranks, reg_factors=table.per_level(reg, len(ranks)),
@@ -310,6 +315,13 @@ class _FMEstimator:
         def echo(message):
             print(message, file=sys.stderr)
 
+        if opts.method in ("als", "mcmc"):
+            from rafmcli.solvers.coordinate import train as coordinate_train
+
+            def train(*args, **kwargs):
+                result = coordinate_train(*args, **kwargs)
+                return result.model, result.history
+
         model, history = _checked(lambda: train(
             data, opts, validation=valid, levels_override=self._levels_override(len(opts.ranks)),
             quiet=not self.verbose, progress=self.verbose, echo=echo))
@@ -351,8 +363,9 @@ class _FMEstimator:
                 error = sys.modules["sklearn.exceptions"].NotFittedError
             raise error(f"This {type(self).__name__} instance is not fitted yet: call fit first")
 
-    def _margins(self, X):
-        """Raw scores y(x) for the rows of X."""
+    def _margins(self, X, finished=False):
+        """Raw scores y(x) for the rows of X; with ``finished``, predictions (an MCMC model: the
+        mean of its draws' predictions, not the prediction of its mean score)."""
         self._check_fitted()
         from rafmcli.predict import predict_dataset
 
@@ -362,7 +375,7 @@ class _FMEstimator:
         if dense and expected is not None and n_cols != expected:
             raise ValueError(f"X has {n_cols} features, but {type(self).__name__} is expecting {expected} "
                              f"features as input")
-        return predict_dataset(self.model_, data, raw=True).values
+        return predict_dataset(self.model_, data, raw=not finished).values
 
     # files
     def save(self, path):
@@ -410,10 +423,7 @@ class FMRegressor(_FMEstimator):
         return self._fit(X, y, eval_set)
 
     def predict(self, X):
-        from rafmcli.predict import finish
-
-        margins = self._margins(X)
-        return finish(self.model_, margins)
+        return self._margins(X, finished=True)
 
     def score(self, X, y):
         """R^2 of the predictions (scikit-learn's regressor score)."""
@@ -476,10 +486,7 @@ class FMClassifier(_FMEstimator):
 
     def predict_proba(self, X):
         """Rows of [P(classes_[0]), P(classes_[1])]."""
-        from rafmcli.predict import finish
-
-        margins = self._margins(X)
-        p = finish(self.model_, margins)
+        p = self._margins(X, finished=True)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X):

@@ -151,3 +151,22 @@ def test_version_1_model_files_still_load(tmp_path, sample):
     test = sample("classification.test")
     outputs = [run("predict", "--model", tmp_path / name, test).output for name in ("m1.rafm", "m2.rafm")]
     assert outputs[0] == outputs[1]
+
+
+def test_api_mcmc_classifier_matches_the_cli(tmp_path, sample):
+    """FMClassifier(method='mcmc') trains the CLI's chain and predicts the mean of its draws' Phi."""
+    from rafmcli import api
+
+    args = ["train", "--task", "c", "--train", sample("classification.train"), "--method", "mcmc",
+            "--model", "fm", "--dim", 3, "--iter", 8, "--seed", 5, "--save-model", tmp_path / "cli.rafm", "--quiet"]
+    assert run(*args).exit_code == 0
+    X, y = api.read_data(sample("classification.train"), sparse=False)
+    est = api.FMClassifier(method="mcmc", model="fm", ranks=3, iters=8, seed=5).fit(X)
+    cli_model = model_files.load(str(tmp_path / "cli.rafm"))
+    assert len(est.model_.samples) == len(cli_model.samples) == 8  # burn-in 8 // 10 = 0, all 8 kept
+    np.testing.assert_array_equal(est.model_.V, cli_model.V)
+    test, _ = api.read_data(sample("classification.test"), sparse=False)
+    assert run("predict", "--model", tmp_path / "cli.rafm", "--out", tmp_path / "p.txt",
+               sample("classification.test")).exit_code == 0
+    expected = np.loadtxt(tmp_path / "p.txt")
+    np.testing.assert_allclose(est.predict_proba(test)[:, 1], expected, rtol=1e-6)

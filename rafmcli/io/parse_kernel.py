@@ -94,6 +94,7 @@ def count_block(buf, n):
     tokens = 0
     colons = 0
     colon_ones = 0
+    crs = 0
     prev = np.uint8(0)
     for pos in range(n):
         c = buf[pos]
@@ -101,13 +102,14 @@ def count_block(buf, n):
         tokens += t & (prev ^ 1)
         prev = t
         lines += c == LF
+        crs += c == CR
         colons += c == 58
-    for pos in range(n - 1):
-        lines += (buf[pos] == CR) & (buf[pos + 1] != LF)
-    if n > 0:
-        lines += buf[n - 1] == CR
     for pos in range(n - 2):
         colon_ones += (buf[pos] == 58) & (buf[pos + 1] == 49) & (_TOKEN[buf[pos + 2]] == 0)
+    if crs:  # CR files are rare: only they pay for the pairs
+        for pos in range(n - 1):
+            lines += (buf[pos] == CR) & (buf[pos + 1] != LF)
+        lines += buf[n - 1] == CR
     return lines, tokens, colons == colon_ones
 
 

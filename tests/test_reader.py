@@ -309,3 +309,13 @@ def test_fill_never_writes_out_of_bounds():
         assert code == K.ERR_FULL
         assert (labels[rows:] == guard).all() and (indptr[rows + 1:] == guard).all()
         assert (indices[tokens:] == guard).all() and (values[tokens:] == guard).all()
+
+
+def test_values_zero_in_float32_are_dropped(tmp_path):
+    """A value that rounds to 0 in float32 is a zero: not stored, not counted."""
+    path = tmp_path / "tiny.libfm"
+    text = "1 3:1e-50 4:1 5:-1e-46 6:1e-45\n"
+    path.write_text(text)
+    data = parse_file(str(path))
+    check_same(data, text)
+    assert data.feature_ids.tolist() == [4, 6]

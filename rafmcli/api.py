@@ -283,7 +283,7 @@ class _FMEstimator:
             if lv.size and (lv.min() < 1 or lv.max() > m):
                 raise ValueError(f"levels must be 1..{m}")
             return ids, lv.astype(np.int8)
-        from rafmcli.levels import read_levels_file
+        from rafmcli.io.levels_file import read_levels_file
 
         return _checked(lambda: read_levels_file(str(self.levels), m))
 

@@ -23,7 +23,7 @@ from rafmcli.cli import main
 from rafmcli.io import reader
 
 EXPLORE = os.environ.get("RAFM_HYPOTHESIS") == "explore"
-SETTINGS = settings(max_examples=2000 if EXPLORE else 120, derandomize=not EXPLORE, deadline=None,
+SETTINGS = settings(max_examples=2000 if EXPLORE else 80, derandomize=not EXPLORE, deadline=None,
                     database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                           HealthCheck.too_slow])
 COMPRESS = {"": lambda b: b, ".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}

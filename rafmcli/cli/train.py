@@ -246,7 +246,6 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
 
     with Outputs() as outputs:
         log = outputs.open(rlog) if rlog else None
-        override = None if levels_override is None else (levels_override.ids, levels_override.levels)
         echo = lambda m: click.echo(m, err=True)  # noqa: E731
         chain_predictions = None
         if coordinate:
@@ -259,10 +258,10 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         elif implicit:
             from rafmcli.solvers.implicit import train as run_implicit
 
-            model, _ = run_implicit(data, groups, opts, validation=valid, levels_override=override,
+            model, _ = run_implicit(data, groups, opts, validation=valid, levels_override=levels_override,
                                     rlog=log, quiet=quiet, echo=echo)
         else:
-            model, _ = run_training(data, opts, validation=valid, levels_override=override,
+            model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
                                     rlog=log, quiet=quiet, echo=echo)
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)

@@ -8,7 +8,7 @@ else is ``FILE:LINE: what (token)``, exit 2.
 """
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,11 +19,9 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DIGITS = re.compile(rb"[0-9]+")
 
 
-@dataclass
-class LevelsOverride:
+class LevelsOverride(NamedTuple):
     """Feature ids and the level each must take (1-based, paper Eq. 17's k_i)."""
 
-    path: str
     ids: np.ndarray
     levels: np.ndarray
 
@@ -70,4 +68,4 @@ def read_levels_file(path, m):
         seen[int(feature)] = line_no
         ids.append(int(feature))
         levels.append(int(level))
-    return LevelsOverride(path, np.asarray(ids, dtype=np.int64), np.asarray(levels, dtype=np.int64))
+    return LevelsOverride(np.asarray(ids, dtype=np.int64), np.asarray(levels, dtype=np.int64))

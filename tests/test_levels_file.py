@@ -65,3 +65,16 @@ def test_levels_file_like_a_data_file(tmp_path, train_file):
     assert notes == [f"rafm: {levels}: 2 of its 3 features do not occur in training; their levels are not used"]
     model = model_file.load(str(out))
     assert model.levels[model.feature_ids.tolist().index(3)] == 2
+
+
+def test_levels_file_through_the_python_api(tmp_path, train_file):
+    """The API reads the same files with the same rules (its errors are ValueError)."""
+    from rafmcli.api import FMRegressor, read_data
+
+    data, y = read_data(train_file, sparse=False)
+    levels = tmp_path / "levels.txt"
+    levels.write_bytes(b"3 2\r\n")
+    FMRegressor(model="rafm", ranks=(2, 4), levels=str(levels), iters=1).fit(data, y)
+    levels.write_bytes("\u00b2 1\n".encode())
+    with pytest.raises(ValueError, match=r"levels.txt:1: feature is not a non-negative integer \(\u00b2\)"):
+        FMRegressor(model="rafm", ranks=(2, 4), levels=str(levels), iters=1).fit(data, y)

@@ -252,7 +252,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
             from rafmcli.solvers.coordinate import train as run_coordinate
 
             result = run_coordinate(data, opts, validation=valid, test=test_data, groups=assignment,
-                                    levels_override=override, rlog=log, quiet=quiet, echo=echo,
+                                    levels_override=levels_override, rlog=log, quiet=quiet, echo=echo,
                                     use_cache=not no_cache)
             model, chain_predictions = result.model, result.test_predictions
         elif implicit:

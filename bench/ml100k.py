@@ -29,10 +29,15 @@ def _read(name, sep):
         return [line.rstrip("\n").split(sep) for line in fh if line.strip()]
 
 
+GROUPS = ("user", "item", "age", "gender", "occupation", "zip", "genre")
+
+
 def convert(ids_only):
-    """Write the u1 train/test libFM files; return their paths."""
+    """Write the u1 train/test libFM files and the --meta group file (a field per group: user,
+    item, age, gender, occupation, zip, genre); return their paths ("train", "test", "meta")."""
     suffix = "-ids" if ids_only else ""
     out = {s: os.path.join(HERE, "data", f"ml100k-u1{suffix}.{s}.libfm") for s in ("train", "test")}
+    out["meta"] = os.path.join(HERE, "data", f"ml100k-u1{suffix}.meta")
     if all(os.path.exists(p) for p in out.values()):
         return out
     os.makedirs(os.path.join(HERE, "data"), exist_ok=True)
@@ -62,6 +67,9 @@ def convert(ids_only):
                 tokens = [f"{f}:1" for f in user_feats[uid]]
                 tokens += [f"{f}:{v:g}" for f, v in item_feats[iid]]
                 fh.write(rating + " " + " ".join(tokens) + "\n")
+    with open(out["meta"], "w") as fh:
+        for name in vocab:  # in id order
+            fh.write(f"{GROUPS.index(name.split('=')[0].split('<')[0])}\n")
     return out
 
 

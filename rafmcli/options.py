@@ -69,6 +69,7 @@ METHOD_IGNORES = {
     "adam": ("burn_in", "keep_samples"),
     "als": _SGD_ONLY + ("burn_in", "keep_samples"),
     "mcmc": _SGD_ONLY + ("regular", "early_stop"),
+    "sgda": ("dependent_rate", "variant", "dependent_weight", "regular", "burn_in", "keep_samples"),
 }
 
 

@@ -43,6 +43,8 @@ def check_method_options(ctx, method):
         if _given(ctx, name):
             why = {"mcmc": "MCMC draws its regularisation from hyperpriors and averages every sample "
                            "after --burn-in",
+                   "sgda": "SGDA learns its regularisation, from 0, on the validation rows and trains every "
+                           "parameter on the model's loss",
                    "als": "ALS takes each coordinate's exact minimiser and keeps one model"}.get(
                 method, "--burn-in and --keep-samples are for --method mcmc")
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
@@ -70,12 +72,13 @@ def check_method_options(ctx, method):
               help=f"Ranks D_1<...<D_m of rafm and difacto.  [default: {_shown(DEFAULT_RANKS['rafm'])}]")
 @click.option("--levels", "levels_file", type=click.Path(dir_okay=False),
               help="File of 'feature level' lines overriding the Eq. 17 level k_i of those features.")
-@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam", "als", "mcmc"]), default=D.method,
+@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam", "sgda", "als", "mcmc"]), default=D.method,
               show_default=True,
               help="sgd, adagrad, adam: stochastic gradients (adagrad and adam update lazily, only the rows a "
-                   "sample touches); als: coordinate descent, each parameter set to its exact minimiser; "
-                   "mcmc: Bayesian FM by Gibbs sampling with hyperpriors (libFM's default), predictions "
-                   "averaged over the chain, no learning rate or regularisation to tune.")
+                   "sample touches); sgda: SGD whose L2 weights are learnt on the validation rows (libFM's); "
+                   "als: coordinate descent, each parameter set to its exact minimiser; mcmc: Bayesian FM by "
+                   "Gibbs sampling with hyperpriors (libFM's default), predictions averaged over the chain, no "
+                   "learning rate or regularisation to tune.")
 @click.option("--burn-in", type=click.IntRange(0),
               help="mcmc: samples drawn before the average starts.  [default: --iter/10]")
 @click.option("--keep-samples", type=click.IntRange(1), default=D.keep_samples, show_default=True,
@@ -169,10 +172,11 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     coordinate = method in ("als", "mcmc")
-    if coordinate and task == "implicit":
+    grouped = coordinate or method == "sgda"  # methods with per-group priors or L2 weights
+    if (grouped or method == "sgda") and task == "implicit":
         raise click.UsageError(f"--task implicit trains with sgd, adagrad or adam, not --method {method}")
-    if meta and not coordinate and task != "implicit":
-        raise click.UsageError("--meta applies to --method als and mcmc and to --task implicit")
+    if meta and not grouped and task != "implicit":
+        raise click.UsageError("--meta applies to --method sgda, als and mcmc and to --task implicit")
     if method == "mcmc" and burn_in is not None and burn_in >= iters:
         raise click.BadParameter(f"must be below --iter ({iters})", param_hint="--burn-in")
     init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
@@ -218,8 +222,11 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         if absent:
             click.echo(f"rafm: {printable(levels_file)}: {absent:,} of its {levels_override.ids.shape[0]:,} "
                        f"features do not occur in training; their levels are not used", err=True)
+    if method == "sgda" and valid is None:
+        raise click.UsageError("--method sgda learns its regularisation on validation rows: give --validation "
+                               "FILE or --holdout > 0")
     assignment = None
-    if meta and coordinate:
+    if meta and grouped:
         assignment = groups.assign(data.feature_ids)
         if assignment.beyond and not quiet:
             click.echo(f"rafm: {printable(meta)}: {assignment.beyond:,} features beyond its "
@@ -262,7 +269,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
                                     rlog=log, quiet=quiet, echo=echo)
         else:
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
-                                    rlog=log, quiet=quiet, echo=echo)
+                                    rlog=log, quiet=quiet, echo=echo, groups=assignment)
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
         if test_data is not None:

@@ -26,11 +26,10 @@ from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.io.columns import columns_of
 from rafmcli.io.groups import single_group
-from rafmcli.levels import assign_levels
 from rafmcli.model.layout import aligned_copy, build
 from rafmcli.options import burn_in_default
 from rafmcli.predict import kernel_rows
-from rafmcli.solvers.sgd import Log, initial_bias
+from rafmcli.solvers.sgd import Log, feature_levels, initial_bias
 
 # libFM's hyperpriors (fm_learn_mcmc::init)
 ALPHA_0 = 1.0
@@ -193,12 +192,7 @@ class Problem:
 def prepare(data, opts, groups=None, levels_override=None, use_cache=True):
     """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC and the update schedule."""
     rng = np.random.default_rng(opts.seed)
-    levels = assign_levels(data.counts, opts.ranks)
-    if levels_override is not None:
-        ids, lv = levels_override
-        pos = np.minimum(np.searchsorted(data.feature_ids, ids), max(data.feature_ids.shape[0] - 1, 0))
-        hit = data.feature_ids[pos] == ids if data.feature_ids.shape[0] else np.zeros(0, bool)
-        levels[pos[hit]] = lv[hit]
+    levels = feature_levels(data, opts.ranks, levels_override)
     labels = np.asarray(data.labels, dtype=np.float64)
     w0 = _initial_bias(opts.task, labels) if opts.bias else 0.0
     model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, w0,

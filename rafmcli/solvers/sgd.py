@@ -19,7 +19,7 @@ from rafmcli.model.layout import aligned_copy, aligned_zeros, build
 from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows, predict_rows
 
-METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
+METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "sgda": K.SGD}  # sgda: solvers/sgda.py
 VARIANTS = {"paper": K.PAPER, "joint": K.JOINT}
 
 
@@ -73,7 +73,7 @@ def optimizer_state(method, model):
 
     accV1 and accV2 share V's layout and its cache-line alignment.
     """
-    one, two = method != "sgd", method == "adam"
+    one, two = method in ("adagrad", "adam"), method == "adam"
     return (aligned_zeros(model.V.shape[0] if one else 0, model.V.dtype),
             aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
             np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
@@ -108,8 +108,11 @@ def _cell(value):
 
 
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
-          progress=True, echo=print):
+          progress=True, echo=print, groups=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
+
+    ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
+    ``validation``), with L2 weights per group of ``groups`` (a GroupAssignment).
 
     ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
@@ -128,6 +131,12 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     kdata = (rows[0], rows[1], rows[2], labels)
     vrows = kernel_rows(model, validation) if validation is not None else None
     state = optimizer_state(opts.method, model)
+    adaptive = None
+    if opts.method == "sgda":
+        from rafmcli.solvers.sgda import AdaptiveStep
+
+        adaptive = AdaptiveStep(model, rows, labels, vrows, validation.labels, groups, opts,
+                                np.argsort(-np.asarray(levels), kind="stable"))
     hyper = hyper_vector(opts, model)
     reg_v = np.asarray(per_level(opts.reg_factors, m), dtype=np.float64)
     kmodel = model.kernel_model()
@@ -149,7 +158,9 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             order = rng.permutation(n).astype(np.int64)
             args = ((epoch - 1) * n, kdata, kmodel, state, hyper, reg_v, task, model.nested,
                     VARIANTS[opts.variant], METHODS[opts.method])
-            if opts.threads > 1:
+            if adaptive is not None:
+                loss = adaptive.epoch(order, epoch, kmodel[5])
+            elif opts.threads > 1:
                 loss = K.train_epoch_hogwild(order, opts.threads, *args)
             else:
                 loss = K.train_epoch(order, *args)
@@ -185,10 +196,13 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     summary = {"epochs": len(history), "best_epoch": best[1] or len(history)}
     if best[2] is not None:
         summary["validation"] = {k: history[best[1] - 1][k] for k in metrics.names(opts.task)}
+    if adaptive is not None:
+        summary["regularisation"] = adaptive.summary()
     model.info = {"options": asdict(opts), "training": summary}
     if not quiet:
         echo(_summary_line(opts, model, history, summary))
     return model, history
+
 
 
 def _summary_line(opts, model, history, summary):

@@ -62,7 +62,8 @@ def test_one_parameter_step_then_one_regularisation_step(kind, ranks):
     step.next_valid = 5
     group, lr = step.group, 0.1
     w0, w, V = model.w0, model.w.astype(np.float64), model.V.astype(np.float64)
-    lam_w, lam_v, gw, gV = step.lam_w.copy(), step.lam_v.copy(), step.grads[0].astype(float), step.grads[1].astype(float)
+    lam_w, lam_v = step.lam_w.copy(), step.lam_v.copy()
+    gw, gV = step.grads[0].astype(float), step.grads[1].astype(float)
     classes = coordinate_classes(model, group)
 
     # naive parameter step on training row 2: theta -= lr (g h + lam theta), h = d y_hat / d theta

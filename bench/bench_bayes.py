@@ -1,0 +1,282 @@
+"""MCMC, ALS and SGDA on MovieLens 100K (split u1), side by side with AdaGrad and libFM.
+
+    python3 bench/bench_bayes.py [--libfm PATH] [--section accuracy|speed|click|samples ...]
+
+Data as bench/ml100k.py builds it (../shared/datasets/ml-100k, or $RAFM_ML100K):
+u1.base to train, u1.test to score; "ids" is user and item one-hot, "side" adds
+age, gender, occupation, zip and genres, with a --meta file of 7 groups.
+libFM runs only when given (--libfm PATH or $LIBFM: a libFM binary built from
+github.com/srendle/libfm; this script never builds it).
+
+* accuracy: test RMSE of every method, 200 iterations for MCMC (rafm and
+  libFM); ALS, SGDA and AdaGrad stop early on 10% of u1.base held out
+  (libFM's ALS and SGDA run 100 iterations; SGDA learns on that 10%).
+* speed: seconds per MCMC iteration, FM rank 8 and 32 (ids), rafm on 1 and 2
+  threads and libFM, each in a fresh process, side by side.
+* click: the rating >= 4 task, MCMC (probit) against AdaGrad: logloss, AUC.
+* samples: what --keep-samples K costs (model file size) and gives (test
+  RMSE of the saved model against the whole chain's average).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import click
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ml100k  # noqa: E402  (bench/ml100k.py: the data)
+
+ITERS = 200
+SECTIONS = ("accuracy", "speed", "click", "samples")
+
+
+def files(kind):
+    """{"train", "test", "meta"} paths for "ids", "side" or the click labels of those."""
+    base = ml100k.convert(ids_only=kind.startswith("ids"))
+    if not kind.endswith("click"):
+        return base
+    out = {"meta": base["meta"]}
+    for split in ("train", "test"):
+        out[split] = base[split].replace(".libfm", ".click.libfm")
+        if not os.path.exists(out[split]):
+            with open(base[split]) as src, open(out[split], "w") as dst:
+                for line in src:
+                    label, rest = line.split(" ", 1)
+                    dst.write(f"{int(float(label) >= 4)} {rest}")
+    return out
+
+
+def holdout_files(kind):
+    """u1.base split 90/10 (rafm's hold-out rows, seed 1) as files, for libFM's ALS and SGDA."""
+    from rafmcli.io.reader import read_dataset
+    from rafmcli.solvers.sgd import holdout_split
+
+    paths = files(kind)
+    out = {s: paths["train"].replace(".train.", f".{s}90.") for s in ("train", "valid")}
+    if not all(os.path.exists(p) for p in out.values()):
+        data = read_dataset(paths["train"])
+        rows = np.random.default_rng(1).permutation(data.n_rows)
+        cut = int(round(0.1 * data.n_rows))
+        with open(paths["train"]) as fh:
+            lines = fh.readlines()
+        for name, picked in (("train", np.sort(rows[cut:])), ("valid", np.sort(rows[:cut]))):
+            with open(out[name], "w") as fh:
+                fh.writelines(lines[r] for r in picked)
+        assert holdout_split(data, 0.1, 1)[1].n_rows == cut
+    return out
+
+
+def rafm(kind, *args, task="r", seed=1):
+    """Run `rafm train` in a fresh process on ``kind``'s files; return (test predictions, seconds)."""
+    paths = files(kind)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "p.txt")
+        cmd = [sys.executable, "-m", "rafmcli", "train", "--task", task, "--train", paths["train"],
+               "--test", paths["test"], "--out", out, "--seed", str(seed), "--quiet", *map(str, args)]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        return np.loadtxt(out), time.perf_counter() - start
+
+
+def libfm(binary, kind, *args, task="r", train=None):
+    """Run libFM (on ``train`` instead of u1.base when given); return (test predictions, seconds)."""
+    paths = files(kind)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "p.txt")
+        cmd = [binary, "-task", task, "-train", train or paths["train"], "-test", paths["test"], "-out", out,
+               *map(str, args)]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return np.loadtxt(out), time.perf_counter() - start
+
+
+def labels(kind):
+    from rafmcli.io.reader import read_dataset
+
+    return read_dataset(files(kind)["test"]).labels
+
+
+def rmse(kind, predictions):
+    return float(np.sqrt(np.mean((predictions - labels(kind)) ** 2)))
+
+
+def adagrad_point(kind, model, ranks, task="r"):
+    """AdaGrad's learning rate and L2 for ``model``, chosen on the 10% hold-out (ml100k.py's grid)."""
+    from rafmcli.io.reader import read_dataset
+    from rafmcli.options import Options
+    from rafmcli.solvers.sgd import holdout_split, train
+
+    tr, va = holdout_split(read_dataset(files(kind)["train"]), 0.1, 1)
+    watch = "rmse" if task == "r" else "logloss"
+    best = None
+    for point in ml100k.GRID:
+        opts = Options(task=task, model=model, ranks=ranks, method="adagrad", iters=300, early_stop=5, **point)
+        m, _ = train(tr, opts, validation=va, quiet=True, progress=False)
+        score = m.info["training"]["validation"][watch]
+        if best is None or score < best[0]:
+            best = (score, point)
+    return best[1]
+
+
+def accuracy(binary):
+    print(f"ml-100k u1: test RMSE; MCMC {ITERS} iterations (burn-in {ITERS // 10}), init stdev 0.1; ALS, "
+          f"SGDA and AdaGrad early-stopped on 10% of u1.base")
+    print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<16}{'test RMSE':>10}{'seconds':>9}")
+    rows = [
+        ("fm", "8", "ids", "mcmc", ()), ("fm", "32", "ids", "mcmc", ()),
+        ("rafm", "8,32", "ids", "mcmc", ()), ("difacto", "8,32", "ids", "mcmc", ()),
+        ("fm", "32", "ids+meta", "mcmc", ()), ("rafm", "8,32", "ids+meta", "mcmc", ()),
+        ("fm", "8", "side+meta", "mcmc", ()), ("fm", "32", "side+meta", "mcmc", ()),
+        ("rafm", "8,32", "side+meta", "mcmc", ()),
+        ("fm", "8", "ids", "als", ()), ("fm", "32", "ids", "als", ()), ("rafm", "8,32", "ids", "als", ()),
+        ("fm", "8", "ids", "sgda", ("--learn-rate", 0.01)), ("rafm", "8,32", "ids", "sgda", ("--learn-rate", 0.01)),
+        ("fm", "8", "ids", "adagrad", None), ("rafm", "8,32", "ids", "adagrad", None),
+    ]
+    for model, ranks, data, method, extra in rows:
+        kind = data.split("+")[0]
+        args = ["--model", model, "--ranks", ranks, "--method", method]
+        if "meta" in data:
+            args += ["--meta", files(kind)["meta"]]
+        if method == "mcmc":
+            args += ["--iter", ITERS]
+        elif method == "adagrad":
+            point = adagrad_point(kind, model, tuple(map(int, ranks.split(","))))
+            extra = ("--learn-rate", point["learn_rate"], "--regular", f"0,0,{point['reg_factors'][0]}")
+            method = f"adagrad lr {point['learn_rate']:g}"
+        else:
+            args += ["--iter", 300]
+        predictions, seconds = rafm(kind, *args, *extra)
+        print(f"{'rafm':<6}{model + ' ' + ranks:<16}{data:<11}{method:<16}{rmse(kind, predictions):>10.4f}"
+              f"{seconds:>9.1f}", flush=True)
+    if not binary:
+        return
+    split = holdout_files("ids")
+    for dim, data, method, extra in (
+            (8, "ids", "mcmc", ()), (32, "ids", "mcmc", ()), (8, "side+meta", "mcmc", ()),
+            (32, "side+meta", "mcmc", ()), (8, "ids", "als", ("-regular", "0,10,10")),
+            (32, "ids", "als", ("-regular", "0,10,10")),
+            (8, "ids", "sgda", ("-learn_rate", 0.01, "-validation", split["valid"]))):
+        kind = data.split("+")[0]
+        args = ["-dim", f"1,1,{dim}", "-method", method, "-init_stdev", 0.1,
+                "-iter", ITERS if method == "mcmc" else 100]
+        if "meta" in data:
+            args += ["-meta", files(kind)["meta"]]
+        train = split["train"] if method == "sgda" else None  # SGDA learns its regularisation on the rest
+        predictions, seconds = libfm(binary, kind, *args, *extra, train=train)
+        print(f"{'libFM':<6}{'fm ' + str(dim):<16}{data:<11}{method:<16}{rmse(kind, predictions):>10.4f}"
+              f"{seconds:>9.1f}", flush=True)
+
+
+def per_iteration(command, iters):
+    """Seconds per iteration of ``command`` (a list with ITER in it): (T(iters) - T(1)) / (iters - 1)."""
+    def timed(n):
+        start = time.perf_counter()
+        subprocess.run([str(n) if a == "ITER" else a for a in command], check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - start
+    return (timed(iters) - timed(1)) / (iters - 1)
+
+
+def speed(binary):
+    paths = files("ids")
+    print(f"MCMC seconds per iteration (test predicted every iteration), ml-100k u1 ids, "
+          f"(T({ITERS}) - T(1)) / {ITERS - 1} in fresh processes; the machine was shared")
+    print(f"{'rank':>5}{'rafm 1 thread':>15}{'rafm 2 threads':>16}{'libFM':>10}")
+    for dim in (8, 32):
+        base = [sys.executable, "-m", "rafmcli", "train", "--task", "r", "--train", paths["train"], "--test",
+                paths["test"], "--out", os.devnull, "--model", "fm", "--dim", str(dim), "--method", "mcmc",
+                "--iter", "ITER", "--burn-in", "0", "--quiet"]
+        subprocess.run([a.replace("ITER", "2") for a in base], check=True)  # compile once
+        one = per_iteration(base + ["--threads", "1"], ITERS)
+        two = per_iteration(base + ["--threads", "2"], ITERS)
+        lib = float("nan")
+        if binary:
+            lib = per_iteration([binary, "-task", "r", "-train", paths["train"], "-test", paths["test"], "-dim",
+                                 f"1,1,{dim}", "-method", "mcmc", "-init_stdev", "0.1", "-iter", "ITER"], ITERS)
+        print(f"{dim:>5}{one * 1000:>12.1f} ms{two * 1000:>13.1f} ms{lib * 1000:>7.1f} ms", flush=True)
+
+
+def click_task(binary):
+    from rafmcli.metrics import evaluate
+
+    print("ml-100k u1, rating >= 4 as the positive class: test logloss and AUC")
+    print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<22}{'logloss':>9}{'AUC':>8}")
+    for model, ranks, data, method in (("fm", "8", "ids", "mcmc"), ("fm", "32", "ids", "mcmc"),
+                                       ("rafm", "8,32", "ids", "mcmc"), ("fm", "8", "side+meta", "mcmc"),
+                                       ("rafm", "8,32", "side+meta", "mcmc"),
+                                       ("fm", "8", "ids", "adagrad"), ("rafm", "8,32", "ids", "adagrad"),
+                                       ("fm", "8", "side+meta", "adagrad")):
+        kind = data.split("+")[0] + "-click"
+        args = ["--model", model, "--ranks", ranks, "--method", method]
+        shown = method
+        if "meta" in data:
+            args += ["--meta", files(kind)["meta"]] if method == "mcmc" else []
+        if method == "mcmc":
+            args += ["--iter", ITERS]
+            shown = "mcmc (probit)"
+        else:
+            point = adagrad_point(kind, model, tuple(map(int, ranks.split(","))), task="c")
+            args += ["--learn-rate", point["learn_rate"], "--regular", f"0,0,{point['reg_factors'][0]}"]
+            shown = f"adagrad lr {point['learn_rate']:g}"
+        predictions, _ = rafm(kind, *args, task="c")
+        scores = evaluate("c", labels(kind), predictions)
+        print(f"{'rafm':<6}{model + ' ' + ranks:<16}{data:<11}{shown:<22}{scores['logloss']:>9.4f}"
+              f"{scores['auc']:>8.4f}", flush=True)
+    if binary:
+        for dim in (8, 32):
+            predictions, _ = libfm(binary, "ids-click", "-dim", f"1,1,{dim}", "-method", "mcmc", "-init_stdev",
+                                   0.1, "-iter", ITERS, task="c")
+            scores = evaluate("c", labels("ids-click"), predictions)
+            print(f"{'libFM':<6}{'fm ' + str(dim):<16}{'ids':<11}{'mcmc (probit)':<22}{scores['logloss']:>9.4f}"
+                  f"{scores['auc']:>8.4f}", flush=True)
+
+
+def samples():
+    """Test RMSE of the average of K evenly spaced kept samples against the whole chain's."""
+    from rafmcli.io.reader import read_dataset
+    from rafmcli.model import files as model_files
+    from rafmcli.predict import predict_dataset
+    from rafmcli.solvers.coordinate import kept_iterations
+
+    paths = files("ids")
+    test = read_dataset(paths["test"])
+    print(f"--keep-samples K: FM rank 32, MCMC {ITERS} iterations (burn-in {ITERS // 10}), ml-100k u1 ids")
+    print(f"{'K':>5}{'test RMSE':>11}{'model file':>13}")
+    with tempfile.TemporaryDirectory() as tmp:
+        everything = ITERS - ITERS // 10
+        chain, _ = rafm("ids", "--model", "fm", "--dim", 32, "--method", "mcmc", "--iter", ITERS,
+                        "--keep-samples", everything, "--save-model", os.path.join(tmp, "all.rafm"))
+        model = model_files.load(os.path.join(tmp, "all.rafm"))
+        chain_samples = list(model.samples)
+        iterations = sorted(kept_iterations(ITERS, ITERS // 10, everything))
+        for K in (1, 2, 5, 10, 20, 50, everything):
+            keep = kept_iterations(ITERS, ITERS // 10, K)
+            model.samples = [s for it, s in zip(iterations, chain_samples) if it in keep]
+            model.w0, model.w, model.V = model.samples[-1]
+            path = os.path.join(tmp, f"k{K}.rafm")
+            model_files.save(model, path)
+            kept = model_files.load(path)
+            print(f"{K:>5}{rmse('ids', predict_dataset(kept, test).values):>11.4f}"
+                  f"{os.path.getsize(path) / 1e6:>10.2f} MB", flush=True)
+        print(f"chain{rmse('ids', chain):>11.4f}  (rafm train --test: all {everything} samples)")
+
+
+@click.command()
+@click.option("--libfm", "binary", envvar="LIBFM", type=click.Path(exists=True, dir_okay=False),
+              help="A libFM binary to run side by side ($LIBFM).")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS), help="Default: all.")
+def main(binary, sections):
+    for name in sections or SECTIONS:
+        if name == "samples":
+            samples()
+        else:
+            {"accuracy": accuracy, "speed": speed, "click": click_task}[name](binary)
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -53,10 +53,12 @@ class Options:
 DEFAULTS = Options()
 
 # Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
-# als and mcmc start from libFM's init_stdev; als's L2 weights are prior precisions
-# (added once per parameter, as libFM's ALS), not per occurrence; mcmc averages its
-# samples rather than picking an epoch, so it needs no hold-out.
+# sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc
+# start from libFM's init_stdev; als's L2 weights are prior precisions (added once per
+# parameter, as libFM's ALS), not per occurrence; mcmc averages its samples rather than
+# picking an epoch, so it needs no hold-out.
 METHOD_DEFAULTS = {
+    "sgda": {"learn_rate": 0.01},
     "als": {"init_stdev": 0.1, "reg_linear": 10.0, "reg_factors": (10.0,)},
     "mcmc": {"init_stdev": 0.1, "holdout": 0.0},
 }

@@ -87,7 +87,7 @@ def check_method_options(ctx, method):
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
 @click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
-              help="Learning rate rho_f (free variables, bias, linear weights).")
+              help="Learning rate rho_f (free variables, bias, linear weights).  [sgda: 0.01]")
 @click.option("--dependent-rate", type=click.FloatRange(0, min_open=True),
               help="RaFM: learning rate rho_d of dependent variables (Algorithm 1).  [default: --learn-rate]")
 @click.option("--variant", type=click.Choice(["paper", "joint"]), default=D.variant, show_default=True,
@@ -181,6 +181,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
         raise click.BadParameter(f"must be below --iter ({iters})", param_hint="--burn-in")
     init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
     holdout = holdout if _given(ctx, "holdout") else method_default(method, "holdout")
+    learn_rate = learn_rate if _given(ctx, "learn_rate") else method_default(method, "learn_rate")
     if not _given(ctx, "regular"):
         regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
                    + tuple(method_default(method, "reg_factors")))

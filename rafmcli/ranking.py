@@ -162,3 +162,27 @@ def ranking_metrics(model, rset, k):
     full = metrics.hit_ndcg(counts[:, 0], counts[:, 1], k)
     sampled = metrics.hit_ndcg(counts[:, 2], counts[:, 3], k)
     return dict(zip(ranking_names(k), full + sampled))
+
+
+LOSSES = {"logistic": 0, "softmax": 1}  # kernels.implicit.LOGISTIC, SOFTMAX
+
+
+def evaluate(model, rows, group=None, k=10, seen=None):
+    """The validation metrics of an implicit model on positives ``rows`` (kernel rows):
+    loss and AUC against negatives drawn as in training (the model's own K,
+    alpha1, alpha2, groups, loss and seed), and with ``group``, HR@k and NDCG@k
+    of its values, leaving out those the ``seen`` rows' values (lookups) hold.
+    On the validation file, with its training file as ``seen``, these are the
+    validation metrics of training (unless it rejected positives)."""
+    from rafmcli.model.vocabulary import noise_tables
+    from rafmcli.options import DEFAULTS
+
+    opts = {**vars(DEFAULTS), **model.info.get("options", {})}
+    groups = opts["negative_groups"]
+    noise = noise_tables(model.vocabulary, opts["alpha1"], opts["alpha2"], tuple(groups) if groups else None)
+    sampled = fixed_negatives(model.vocabulary, noise, rows, opts["negatives"], 0, opts["seed"] + 1)
+    out = sampled_metrics(model, sampled, LOSSES[opts["loss"]], opts["nce"])
+    if group is not None:
+        rset = ranking_set(model.vocabulary, rows, group, seen, opts["seed"] + 2)
+        out.update(ranking_metrics(model, rset, k))
+    return out

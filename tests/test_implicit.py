@@ -553,3 +553,26 @@ def test_implicit_input_errors(planted, tmp_path):
     assert result.exit_code == 2 and "feature 123456" in result.output
     result = run(["embed", "--model", str(explicit), "--level", "3", "--out", str(tmp_path / "v.txt")])
     assert result.exit_code == 2 and not (tmp_path / "v.txt").exists()
+
+
+def test_predict_metrics_reproduce_the_validation_metrics(planted, tmp_path):
+    root, _, _ = planted
+    model_path = str(tmp_path / "m.rafm")
+    result = run(["train", "--task", "implicit", "--model", "fm", "--dim", "4", "--train", str(root / "train.libfm"),
+                  "--validation", str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--eval-group", "1",
+                  "--iter", "3", "--save-model", model_path, "--quiet"])
+    assert result.exit_code == 0, result.output
+    from rafmcli.model import files as model_files
+
+    validation = model_files.load(model_path).info["training"]["validation"]
+    result = run(["predict", "--model", model_path, "--metrics", "--eval-group", "1", "--exclude-seen",
+                  str(root / "train.libfm"), "--out", str(tmp_path / "scores.txt"), str(root / "valid.libfm")])
+    assert result.exit_code == 0, result.output
+    line = [x for x in result.output.splitlines() if "valid.libfm: loss" in x][0]
+    fields = line.split(" (")[0].split()
+    shown = dict(zip(fields[2::2], fields[3::2]))
+    assert set(shown) == set(validation)
+    for key, value in validation.items():
+        assert float(shown[key]) == pytest.approx(value, rel=1e-5), key
+    result = run(["predict", "--model", model_path, "--eval-group", "1", str(root / "valid.libfm")])
+    assert result.exit_code == 2 and "--metrics" in result.output

@@ -2,7 +2,8 @@
 
 import click
 
-from rafmcli.cli.options import INPUT, OUTPUT, no_cache_option, read, warn_unseen
+from rafmcli.cli.options import INPUT, OUTPUT, TOP_K, no_cache_option, read, warn_unseen
+from rafmcli.options import DEFAULTS as D
 
 
 @click.command()
@@ -16,15 +17,23 @@ from rafmcli.cli.options import INPUT, OUTPUT, no_cache_option, read, warn_unsee
 @click.option("--metrics", is_flag=True,
               help="Print the metrics of each labelled FILE on stderr: RMSE and MAE (regression), "
                    "logloss, AUC and accuracy (classification).")
+@click.option("--eval-group", type=click.IntRange(0),
+              help="Implicit models, with --metrics: also rank each row's value of this group among all its "
+                   "values (HR@K, NDCG@K, full and with 100 sampled).")
+@click.option("--top-k", "-k", type=TOP_K, default=D.top_k, show_default=True,
+              help="Implicit models: the K of HR@K and NDCG@K.")
+@click.option("--exclude-seen", type=INPUT,
+              help="Implicit models: leave out of the ranking the values a row's context holds in this "
+                   "training file.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no warnings on stderr.")
 @click.argument("files", nargs=-1, required=True, type=INPUT)
 @no_cache_option
-def predict(model_path, out, raw, metrics, quiet, files, no_cache):
+def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quiet, files, no_cache):
     """Predict every row of FILE... with a saved model.
 
-    Writes probabilities (classification) or values clipped to the training
-    targets' range (regression), one a line, files in the order given.
-    Features the model never saw contribute nothing.
+    Writes probabilities (classification), values clipped to the training
+    targets' range (regression) or raw scores (implicit models), one a line,
+    files in the order given. Features the model never saw contribute nothing.
     """
     import numpy as np
 
@@ -34,6 +43,14 @@ def predict(model_path, out, raw, metrics, quiet, files, no_cache):
     from rafmcli.predict import predict_dataset
 
     model = model_files.load(model_path)
+    implicit = model.task == "implicit"
+    if (eval_group is not None or exclude_seen) and not (implicit and metrics):
+        raise click.UsageError("--eval-group and --exclude-seen need --metrics and an implicit model")
+    if eval_group is not None:
+        from rafmcli.cli.options import check_group
+
+        check_group(model, model_path, eval_group)
+    seen = read(exclude_seen, no_cache, quiet) if exclude_seen else None
     datasets = [read(f, no_cache, quiet) for f in files]
     parts, scored = [], []
     for name, data in zip(files, datasets):
@@ -49,6 +66,35 @@ def predict(model_path, out, raw, metrics, quiet, files, no_cache):
         if len(scored) > 1:
             scored.append(("all files", np.concatenate([s[1] for s in scored]),
                            np.concatenate([s[2] for s in scored])))
+        if implicit:
+            scored = _implicit_metrics(model, files, datasets, eval_group, top_k, seen)
         for name, labels, finished in scored:
-            shown = " ".join(f"{k} {v:.6g}" for k, v in evaluate(model.task, labels, finished).items())
+            values = finished if implicit else evaluate(model.task, labels, finished)
+            shown = " ".join(f"{k} {v:.6g}" for k, v in values.items())
             click.echo(f"rafm: {name}: {shown} ({labels.shape[0]:,} rows)", err=True)
+
+
+def _implicit_metrics(model, files, datasets, group, k, seen):
+    """(name, labels, metrics) per file and for all files: ranking.evaluate on its rows."""
+    import numpy as np
+
+    from rafmcli import ranking
+    from rafmcli.predict import kernel_rows
+
+    seen_values = model.vocabulary.lookup(kernel_rows(model, seen)) if seen is not None else None
+    parts = [(name, data.labels, kernel_rows(model, data)[:3]) for name, data in zip(files, datasets)]
+    if len(parts) > 1:
+        parts.append(("all files", np.concatenate([p[1] for p in parts]), _stacked([p[2] for p in parts])))
+    return [(name, labels, ranking.evaluate(model, rows, group, k, seen_values)) for name, labels, rows in parts]
+
+
+def _stacked(rows):
+    """One CSR of several (indptr, indices, values) in ``kernel_rows`` form."""
+    import numpy as np
+
+    starts = np.cumsum([0] + [r[0][-1] for r in rows])
+    indptr = np.concatenate([[0]] + [r[0][1:] + s for r, s in zip(rows, starts)])
+    ones = all(r[2].shape[0] == 0 for r in rows)
+    values = np.concatenate([r[2] if r[2].shape[0] or ones else np.ones(r[1].shape[0], np.float32)
+                             for r in rows])
+    return indptr, np.concatenate([r[1] for r in rows]), values

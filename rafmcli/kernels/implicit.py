@@ -53,7 +53,7 @@ from rafmcli.kernels.sgd import (
     _step_factors,
 )
 
-LOGISTIC = 0
+LOGISTIC = 0  # the values of ranking.LOSSES
 SOFTMAX = 1
 
 # slots of the integer configuration vector

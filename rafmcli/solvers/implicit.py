@@ -21,7 +21,7 @@ from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows
 from rafmcli.solvers.sgd import METHODS, VARIANTS, Log, feature_levels, hyper_vector, optimizer_state
 
-LOSSES = {"logistic": K.LOGISTIC, "softmax": K.SOFTMAX}
+LOSSES = ranking.LOSSES
 REDRAWS = 20  # --reject-positives: a negative that is a training row is drawn again up to this often
 
 

@@ -109,6 +109,9 @@ CONFIGS = {
     "fm-item-nce": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,)},
     "fm-ns": {"model": "fm", "ranks": (32,), "nce": False},
     "fm-softmax": {"model": "fm", "ranks": (32,), "loss": "softmax", "nce": False},
+    "fm-nce-reject": {"model": "fm", "ranks": (32,), "reject_positives": True},
+    "fm-item-nce-reject": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,),
+                           "reject_positives": True},
     "rafm-nce": {"model": "rafm", "ranks": (8, 32)},
     "rafm-ns": {"model": "rafm", "ranks": (8, 32), "nce": False},
     "rafm-softmax": {"model": "rafm", "ranks": (8, 32), "loss": "softmax", "nce": False},
@@ -120,6 +123,8 @@ LABELS = {
     "fm-item-nce": "FM(32), Feat2Vec negatives of the item group only, NCE",
     "fm-ns": "FM(32), Feat2Vec negatives, plain negative sampling",
     "fm-softmax": "FM(32), Feat2Vec negatives, softmax",
+    "fm-nce-reject": "FM(32), Feat2Vec negatives, NCE, --reject-positives",
+    "fm-item-nce-reject": "FM(32), Feat2Vec item negatives only, NCE, --reject-positives",
     "rafm-nce": "RaFM{8,32}, Feat2Vec negatives, NCE (default)",
     "rafm-ns": "RaFM{8,32}, Feat2Vec negatives, plain negative sampling",
     "rafm-softmax": "RaFM{8,32}, Feat2Vec negatives, softmax",
@@ -141,6 +146,8 @@ def command(name, point, paths):
         args.append(f"--loss {c['loss']}")
     if not c.get("nce", True):
         args.append("--no-nce")
+    if c.get("reject_positives"):
+        args.append("--reject-positives")
     rel = {k: os.path.relpath(p) for k, p in paths.items()}
     args += [f"--meta {rel['meta']}", f"--train {rel['train']}", f"--validation {rel['validation']}"]
     return " ".join(args)

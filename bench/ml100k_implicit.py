@@ -1,15 +1,15 @@
 """MovieLens 100K as implicit data: leave-one-out ranking with Feat2Vec negatives.
 
-    python3 bench/ml100k_implicit.py [--config NAME ...] [--seeds N]
+    python3 bench/ml100k_implicit.py [--ids-only] [--config NAME ...] [--seeds N] [--no-speed]
 
 Every rating of u.data is a positive row (the rating itself is dropped); per
 user the latest rating (u.data timestamps, ties in file order) is the test
 positive and the one before it the validation positive; the rest train.
 Reads ../shared/datasets/ml-100k (or $RAFM_ML100K; never copied into the
-repository) and writes bench/data/ml100k-implicit.{train,validation,test}.libfm
+repository) and writes bench/data/ml100k-implicit[-ids].{train,validation,test}.libfm
 and .meta. Groups: 0 user, 1 item with its genres (value 1/#genres: a
 negative item comes with its own genres), 2 age bucket, 3 gender,
-4 occupation, 5 zip code.
+4 occupation, 5 zip code; with --ids-only, the user and item ids alone.
 
 Each test row is ranked on its item among all 1,682 items (full catalogue)
 and among 100 items drawn uniformly (the same draw for every model), leaving
@@ -43,11 +43,12 @@ def _read(name, sep):
         return [line.rstrip("\r\n").split(sep) for line in fh if line.strip()]
 
 
-def convert():
+def convert(ids_only=False):
     """Write the three libFM files and the group file; return their paths, the item genres
     and {feature id: item} of the item features."""
-    paths = {s: os.path.join(DATA, f"ml100k-implicit.{s}.libfm") for s in SPLITS}
-    paths["meta"] = os.path.join(DATA, "ml100k-implicit.meta")
+    stem = os.path.join(DATA, "ml100k-implicit" + ("-ids" if ids_only else ""))
+    paths = {s: f"{stem}.{s}.libfm" for s in SPLITS}
+    paths["meta"] = f"{stem}.meta"
     items = {int(f[0]): f for f in _read("u.item", "|")}
     genres = {i: [g for g, flag in enumerate(f[5:]) if flag == "1"] for i, f in items.items()}
     ratings = [tuple(int(t) for t in r.split()[:4]) for r in
@@ -90,8 +91,9 @@ def convert():
         for k, (_, _, i) in enumerate(events):
             split = "test" if k == len(events) - 1 else "validation" if k == len(events) - 2 else "train"
             tokens = [f"{vocab[f'user={u}']}:1", f"{vocab[f'item={i}']}:1"]
-            tokens += [f"{vocab[f'genre={g}']}:{1 / len(genres[i]):.4g}" for g in genres[i]]
-            tokens += [f"{f}:1" for f in side.get(u, [])]
+            if not ids_only:
+                tokens += [f"{vocab[f'genre={g}']}:{1 / len(genres[i]):.4g}" for g in genres[i]]
+                tokens += [f"{f}:1" for f in side.get(u, [])]
             files[split].write("1 " + " ".join(tokens) + "\n")
     for fh in files.values():
         fh.close()
@@ -198,11 +200,12 @@ def popularity(model, rset):
     return dict(zip(names, hit_ndcg(full[:, 0], full[:, 1], K) + hit_ndcg(sampled[:, 0], sampled[:, 1], K)))
 
 
-def genre_agreement(model, genres, item_of):
-    """(share of an item's 10 nearest items sharing a genre with it, the same for random items)."""
+def genre_agreement(model, genres, item_of, level=1):
+    """(share of an item's 10 nearest items sharing a genre with it, the same for random items),
+    on the items that have a vector at ``level``."""
     from rafmcli.embeddings import level_vectors
 
-    vectors = level_vectors(model, 1)
+    vectors = level_vectors(model, level)
     rows = np.array([j for j in range(vectors.shape[0]) if int(model.feature_ids[j]) in item_of])
     items = [item_of[int(model.feature_ids[j])] for j in rows]
     g = np.zeros((len(items), 19), bool)
@@ -242,10 +245,11 @@ def throughput(data, seed=1):
               help="Only these configurations (default: all).")
 @click.option("--seeds", default=2, show_default=True, help="Seeds per configuration (mean ± sd).")
 @click.option("--no-speed", is_flag=True, help="Skip the throughput table.")
-def main(names, seeds, no_speed):
+@click.option("--ids-only", is_flag=True, help="Rows of a user id and an item id only (two groups).")
+def main(names, seeds, no_speed, ids_only):
     from rafmcli.io.reader import read_dataset
 
-    paths, genres, item_of = convert()
+    paths, genres, item_of = convert(ids_only)
     data = {s: read_dataset(paths[s]) for s in SPLITS}
     data["paths"] = paths
     print(f"train {data['train'].n_rows:,} / validation {data['validation'].n_rows:,} / "
@@ -268,7 +272,8 @@ def main(names, seeds, no_speed):
             metrics, rset = test_metrics(model, data)
             results.append(metrics)
             if seed == 1:
-                agreement[name] = genre_agreement(model, genres, item_of)
+                agreement[name] = [genre_agreement(model, genres, item_of, level)
+                                   for level in range(1, len(model.ranks) + 1)]
                 base_model = base_model or (model, rset)
         rows.append((name, best[1], results, np.mean(secs)))
         print(f"{name}: {results} ({command(name, best[1], paths)})", file=sys.stderr, flush=True)
@@ -285,10 +290,13 @@ def main(names, seeds, no_speed):
     print("\nCommands (learning rate and L2 chosen on validation):")
     for name, point, _, _ in rows:
         print(f"  {name}: {command(name, point, paths)}")
-    print("\n| model | items whose 10 nearest share a genre | random items | ratio |")
+    print("\n| model (vectors of rafm embed --level N) | items whose 10 nearest share a genre "
+          "| random pairs of those items | ratio |")
     print("| --- | --- | --- | --- |")
-    for name, (near, rand) in agreement.items():
-        print(f"| {LABELS[name]} | {near:.3f} | {rand:.3f} | {near / rand:.2f} |")
+    for name, levels in agreement.items():
+        for level, (near, rand) in enumerate(levels, 1):
+            shown = LABELS[name] + (f", level {level}" if len(levels) > 1 else "")
+            print(f"| {shown} | {near:.3f} | {rand:.3f} | {near / rand:.2f} |")
     if not no_speed:
         print("\n| model | explicit rows/s (--task c) | implicit positives/s (5 negatives each) |")
         print("| --- | --- | --- |")

@@ -5,8 +5,9 @@ g (probability proportional to c_g^alpha1), then K values of g from Q2
 (:mod:`rafmcli.kernels.sampling`); negative k is x+ with g's value replaced
 by value k. All K+1 rows share the context (every group but g), so the
 context's sums S_l, T_l, Q_l, R_l (Theorem 3) are computed once and each row
-adds only its own value's features: a positive with K negatives costs about
-two explicit rows, not K+1.
+adds only its own value's features: with n_c context features and values of
+n_g features, a positive with K negatives visits n_c + (K+1) n_g features
+(forward and update each), not (K+1)(n_c + n_g).
 
 Losses on the scores y_j (j = 0 the positive), with s_j = y_j - log(K Q2(v_j))
 under the NCE correction (Feat2Vec's p(y=1|x) = e^y / (e^y + K Q2(x_g))) and

@@ -8,7 +8,9 @@ Which vector a feature has depends on the model:
   one every feature has, and the one every pair of features meets in (a pair
   interacts through level min(k_i, k_j), and the distillation of Algorithm 1
   pulls each lower level towards the levels above), so its vectors are
-  comparable across rare and frequent features.
+  comparable across rare and frequent features; a frequent feature's level-1
+  vector is only that distillation, and its top level is the better
+  neighbour finder (bench/ml100k_implicit.py).
 * DiFacto: one vector of rank D_{k_i}; level N gives the features of F_N
   their first D_N coordinates (the part every pair within F_N uses).
 

@@ -129,8 +129,9 @@ def train(data, groups, opts, validation=None, levels_override=None, rlog=None, 
             bar.close()
     if best[2] is not None:
         model.w0, model.w, model.V = best[2]
+    steady = [h["seconds"] for h in history[1:]] or [h["seconds"] for h in history]  # epoch 1 compiles
     summary = {"epochs": len(history), "best_epoch": best[1] or len(history),
-               "positives_per_second": n * len(history) / max(sum(h["seconds"] for h in history), 1e-9)}
+               "positives_per_second": n / max(float(np.median(steady)), 1e-9)}
     if best[2] is not None:
         names = metric_names(opts, rset is not None)
         summary["validation"] = {k: history[best[1] - 1][k] for k in names}

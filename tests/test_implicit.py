@@ -539,6 +539,8 @@ def test_implicit_input_errors(planted, tmp_path):
     assert result.exit_code == 2 and f"{tmp_path / 'zero.libfm'}:4: implicit data holds positives only" in result.output
     result = run(base + ["--train", str(root / "train.libfm")])
     assert result.exit_code == 2 and "--meta" in result.output
+    result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(root / "meta.txt"), "--alpha1", "inf"])
+    assert result.exit_code == 2 and "--alpha1" in result.output
     result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(root / "meta.txt"), "--eval-group", "7"])
     assert result.exit_code == 2 and "group 7" in result.output
     result = run(base + ["--train", str(root / "train.libfm"), "--meta", str(root / "meta.txt"),

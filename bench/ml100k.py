@@ -79,7 +79,8 @@ CONFIGS = {
     "fm-32": ("fm", (32,), {}),
     "difacto-8,32": ("difacto", (8, 32), {}),
     "rafm-8,32": ("rafm", (8, 32), {}),
-    "rafm-8,32-joint": ("rafm", (8, 32), {"variant": "joint"}),
+    "rafm-8,32-authors": ("rafm", (8, 32), {"variant": "authors"}),
+    "rafm-8,32-cascade": ("rafm", (8, 32), {"variant": "cascade"}),
 }
 BASE = {"task": "r", "method": "adagrad", "iters": 300, "early_stop": 5, "init_stdev": 0.01}
 # every model gets the same small grid, RaFM also its dependent rate rho_d;
@@ -129,7 +130,8 @@ def main(ids_only, names):
           f"grid point chosen on validation RMSE (seed 1), test RMSE over seeds {SEEDS}")
     print(f"{'model':<17}{'chosen':<32}{'valid RMSE':>11}{'test RMSE':>18}{'params':>10}{'seconds':>9}")
     for name in names or CONFIGS:
-        grid = RAFM_GRID if CONFIGS[name][0] == "rafm" else GRID
+        kind, _, extra = CONFIGS[name]
+        grid = RAFM_GRID if kind == "rafm" and extra.get("variant", "paper") == "paper" else GRID
         trials = [run(files, name, point) for point in grid]
         best = min(range(len(grid)), key=lambda k: trials[k]["valid"])
         runs = [trials[best]] + [run(files, name, grid[best], seed=s) for s in SEEDS[1:]]

@@ -8,6 +8,8 @@ and nowhere else.
 from dataclasses import dataclass
 
 DEFAULT_RANKS = {"fm": (8,), "rafm": (32, 512), "difacto": (32, 512)}
+# RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
+VARIANTS = ("paper", "authors", "cascade")
 
 
 @dataclass

@@ -224,6 +224,11 @@ def objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
             return main + reg
         return sum(_distill(truncated[level - 1][j][1], targets[j][level + 1], scored[j][0])
                    for j in range(len(rows))) + reg
+    if variant == KS.AUTHORS:  # only the p = level term has this coordinate live (tests/naive.py objective)
+        if level == model.levels[feature]:
+            return main + reg
+        return main + 0.7 * sum(_distill(truncated[level - 1][j][1], targets[j][level + 1], scored[j][0])
+                                for j in range(len(rows))) + reg
     return main + 0.7 * sum(_distill(truncated[p - 1][j][1], targets[j][p + 1], scored[j][0])
                             for j in range(len(rows)) for p in range(1, m)) + reg
 
@@ -231,7 +236,8 @@ def objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
 @pytest.mark.parametrize("loss,nce", [("logistic", True), ("logistic", False), ("softmax", False),
                                       ("softmax", True)])
 @pytest.mark.parametrize("kind,ranks,variant", [("fm", (3,), KS.PAPER), ("difacto", (2, 4), KS.PAPER),
-                                                ("rafm", (2, 3), KS.PAPER), ("rafm", (2, 3), KS.JOINT)])
+                                                ("rafm", (2, 3), KS.PAPER), ("rafm", (2, 3), KS.AUTHORS),
+                                                ("rafm", (2, 3), KS.CASCADE)])
 def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
     """A positive with K = 3 forced negatives: the kernel's gradient (NCE shift
     -log(K Q2) or none; logistic or softmax) against central differences."""
@@ -267,9 +273,22 @@ def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
         model.V[coordinate] = old
         assert dV[coordinate] == pytest.approx((up - down) / (2 * h), rel=3e-4, abs=3e-5), coordinate
 
+    lin0 = [w0 for w0, _ in naive_rows(model, rows)]
+    truncated = [naive_rows(model, rows, cap=p) for p in range(1, m)]
+
     def main_loss(w0, w):
-        ys = [w0 + sum(float(w[i]) * x for i, x in row) + pair for row, (_, pair) in zip(rows, naive_rows(model, rows))]
-        return implicit_loss(ys, shift, loss)
+        """The bias and linear weights' objective: the loss, plus for the authors' rule the
+        distillation terms through lin (targets fixed at the unperturbed lin)."""
+        lins = [w0 + sum(float(w[i]) * x for i, x in row) for row in rows]
+        ys = [lin + pair for lin, (_, pair) in zip(lins, naive_rows(model, rows))]
+        total = implicit_loss(ys, shift, loss)
+        if variant == KS.AUTHORS and m > 1:
+            for j in range(len(rows)):
+                for p in range(1, m):
+                    pa = _sigmoid(lins[j] + truncated[p - 1][j][1])
+                    pb = _sigmoid(lin0[j] + targets[j][p + 1])
+                    total += 0.7 * -(pb * np.log(pa) + (1 - pb) * np.log(1 - pa))
+        return total
 
     assert dw0 == pytest.approx((main_loss(model.w0 + h, model.w) - main_loss(model.w0 - h, model.w)) / (2 * h)
                                 + REG[0] * model.w0, rel=1e-4, abs=1e-6)

@@ -73,9 +73,10 @@ def test_training_beats_the_constant_model(sample, kind, ranks, task):
     assert learns(tr, va, Options(task=task, model=kind, ranks=ranks, iters=15, early_stop=0))
 
 
-def test_joint_variant_and_adam_train(sample):
+def test_variants_and_optimizers_train(sample):
     tr, va = read_dataset(sample("classification.train")), read_dataset(sample("classification.validation"))
-    for opts in (Options(task="c", ranks=(4, 16), variant="joint", iters=10, early_stop=0),
+    for opts in (Options(task="c", ranks=(4, 16), variant="authors", iters=10, early_stop=0),
+                 Options(task="c", ranks=(4, 16), variant="cascade", iters=10, early_stop=0),
                  Options(task="c", ranks=(4, 16), method="adam", learn_rate=0.01, iters=10, early_stop=0),
                  Options(task="c", ranks=(4, 16), method="sgd", learn_rate=0.05, iters=10, early_stop=0)):
         assert learns(tr, va, opts), opts
@@ -350,3 +351,44 @@ def test_predict_into_a_closed_pipe_exits_quietly(sample, tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0 and result.stderr == ""
     assert len(result.stdout.split()) == 1
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--variant", "authors", "--dependent-rate", "0.1"], "--dependent-rate is rho_d of --variant paper"),
+    (["--variant", "cascade", "--dependent-rate", "0.1"], "--dependent-rate is rho_d of --variant paper"),
+    (["--dependent-weight", "2"], "--dependent-weight is c_p of --variant authors or cascade"),
+    (["--variant", "paper", "--dependent-weight", "1"], "--dependent-weight is c_p"),
+    (["--model", "fm", "--dependent-rate", "0.1"], "--dependent-rate applies to --model rafm only"),
+    (["--model", "difacto", "--variant", "authors"], "--variant applies to --model rafm only"),
+])
+def test_options_a_variant_ignores_are_refused(sample, args, words):
+    result = run(["train", "--task", "r", "--train", sample("regression.train"), "--iter", "1", "--quiet", *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+
+
+def test_dependent_rate_acts(sample, tmp_path):
+    """--dependent-rate moves exactly the dependent vectors v_i^(l), l < k_i (paper variant, SGD):
+    at a vanishing rate they keep their initial values while every free vector moves."""
+    from rafmcli.levels import assign_levels
+    from rafmcli.model.layout import build
+
+    tr = read_dataset(sample("regression.train"))
+    moved = {}
+    for rate in ("1e-30", "0.01"):
+        saved = tmp_path / f"m{rate}.rafm"
+        result = run(["train", "--task", "r", "--train", sample("regression.train"), "--ranks", "4,16",
+                      "--method", "sgd", "--learn-rate", "0.01", "--dependent-rate", rate, "--iter", "1",
+                      "--holdout", "0", "--save-model", str(saved), "--quiet"])
+        assert result.exit_code == 0, result.output
+        model = model_file.load(str(saved))
+        assert model.info["options"]["dependent_rate"] == float(rate)
+        initial = build("rafm", "r", (4, 16), tr.feature_ids, assign_levels(tr.counts, (4, 16)), 0.01,
+                        np.random.default_rng(1), 0.0, (0, 1)).factors(1)
+        top = model.levels == 2
+        seen = np.isin(model.feature_ids, tr.feature_ids[tr.counts > 0])
+        moved[rate] = (np.abs(model.factors(1)[top] - initial[top]).max(axis=1),
+                       np.abs(model.factors(1)[~top & seen] - initial[~top & seen]).max(axis=1))
+    dependent, free = moved["1e-30"]
+    assert dependent.max() < 1e-12 and free.min() > 1e-6
+    assert moved["0.01"][0].min() > 1e-6

@@ -14,7 +14,7 @@ from rafmcli.cli.options import (
     read,
     warn_unseen,
 )
-from rafmcli.options import DEFAULT_RANKS
+from rafmcli.options import DEFAULT_RANKS, VARIANTS
 from rafmcli.options import DEFAULTS as D
 
 
@@ -48,6 +48,22 @@ def check_method_options(ctx, method):
                    "als": "ALS takes each coordinate's exact minimiser and keeps one model"}.get(
                 method, "--burn-in and --keep-samples are for --method mcmc")
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
+
+
+def check_variant_options(ctx, model_kind, variant, dependent_rate):
+    """Refuse options the chosen model or variant would ignore (exit 2)."""
+    given = {name for name in ("variant", "dependent_weight") if _given(ctx, name)}
+    if dependent_rate is not None:
+        given.add("dependent_rate")
+    if model_kind != "rafm" and given:
+        name = sorted(given)[0].replace("_", "-")
+        raise click.UsageError(f"--{name} applies to --model rafm only")
+    if "dependent_rate" in given and variant != "paper":
+        raise click.UsageError(f"--dependent-rate is rho_d of --variant paper (Algorithm 1); --variant "
+                               f"{variant} trains every parameter with one optimizer at --learn-rate")
+    if "dependent_weight" in given and variant == "paper":
+        raise click.UsageError("--dependent-weight is c_p of --variant authors or cascade; --variant paper "
+                               "(Algorithm 1) trains dependent variables on the distillation loss alone")
 
 
 @click.command()
@@ -89,12 +105,14 @@ def check_method_options(ctx, method):
 @click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
               help="Learning rate rho_f (free variables, bias, linear weights).  [sgda: 0.01]")
 @click.option("--dependent-rate", type=click.FloatRange(0, min_open=True),
-              help="RaFM: learning rate rho_d of dependent variables (Algorithm 1).  [default: --learn-rate]")
-@click.option("--variant", type=click.Choice(["paper", "joint"]), default=D.variant, show_default=True,
-              help="RaFM training: paper (Algorithm 1) or joint (main loss plus distillation terms, "
-                   "one optimizer, as the authors' code).")
+              help="RaFM, paper variant: learning rate rho_d of dependent variables (Algorithm 1).  "
+                   "[default: --learn-rate]")
+@click.option("--variant", type=click.Choice(list(VARIANTS)), default=D.variant, show_default=True,
+              help="RaFM training: paper (Algorithm 1, two learning rates), authors (one optimizer on the "
+                   "loss plus distillation terms with the stop-gradients of the authors' code) or cascade "
+                   "(the same terms, gradient through every level).")
 @click.option("--dependent-weight", type=click.FloatRange(0), default=D.dependent_weight, show_default=True,
-              help="RaFM joint variant: weight c_p of each distillation term.")
+              help="RaFM, authors and cascade variants: weight c_p of each distillation term.")
 @click.option("--regular", type=FLOATS,
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
@@ -171,6 +189,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     distinct_outputs(out=out, save_model=save_model, rlog=rlog)
     ctx = click.get_current_context()
     check_method_options(ctx, method)
+    check_variant_options(ctx, model_kind, variant, dependent_rate)
     coordinate = method in ("als", "mcmc")
     grouped = coordinate or method == "sgda"  # methods with per-group priors or L2 weights
     if (grouped or method == "sgda") and task == "implicit":

@@ -100,18 +100,25 @@ def sigmoid(z):
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
 
-    Returns the row's pairwise part B_{1,m} (``B[m-1]``).
+    Returns (B_{1,m}, top): the row's pairwise part and its highest level
+    (0-based; -1 for a row without features). Only levels 0..top are zeroed and
+    reduced, so a row of rare features costs only its own levels: above top,
+    S = T = 0 and B_{1,p} = B_{1,top+1} (those entries of S, T, Q, R are stale).
     """
     m = widths.shape[0]
     has_values = values.shape[0] > 0
-    S[:] = 0.0
-    T[:] = 0.0
-    Q[:] = 0.0
-    R[:] = 0.0
+    filled = -1  # levels 0..filled are zeroed for this row
     for k in range(a, b):
         i = indices[k]
         x = values[k] if has_values else np.float32(1.0)
         top = top_level(lev, i, m)
+        while filled < top:  # first feature of the row reaching this level
+            filled += 1
+            for f in range(np.uint64(soff[filled]), np.uint64(soff[filled + 1])):
+                S[f] = 0.0
+                T[f] = 0.0
+            Q[filled] = 0.0
+            R[filled] = 0.0
         for l in range(top + 1):
             start = row_start(offsets, widths, l, i)
             so = np.uint64(soff[l])
@@ -130,20 +137,20 @@ def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S,
                     q += vx * vx
             Q[l] += q
     total = 0.0
-    for l in range(m):
-        s = S[soff[l]:soff[l + 1]]
+    for l in range(filled + 1):
         ss = np.float32(0.0)
-        for f in range(s.shape[0]):
-            ss += s[f] * s[f]
+        for f in range(np.uint64(soff[l]), np.uint64(soff[l + 1])):
+            ss += S[f] * S[f]
         total += 0.5 * (ss - Q[l])
         if nested and l > 0:
-            t = T[soff[l - 1]:soff[l]]
             tt = np.float32(0.0)
-            for f in range(t.shape[0]):
-                tt += t[f] * t[f]
+            for f in range(np.uint64(soff[l - 1]), np.uint64(soff[l])):
+                tt += T[f] * T[f]
             total -= 0.5 * (tt - R[l - 1])
         B[l] = total
-    return total
+    for l in range(filled + 1, m):
+        B[l] = total
+    return total, filled
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -176,6 +183,6 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
             if r + 1 < stop:
                 prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, V[:0], w)
             a, b = indptr[r], indptr[r + 1]
-            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
+            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
             out[r] = w0 + linear_part(a, b, indices, values, w) + pair
     return out

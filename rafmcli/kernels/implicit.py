@@ -48,6 +48,7 @@ from rafmcli.kernels.sgd import (
     H_LR_DEP,
     H_REG0,
     H_REG1,
+    AUTHORS,
     PAPER,
     SGD,
     _step,
@@ -158,8 +159,10 @@ def sampled_losses(y, shift, loss_kind):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def row_coefficients(g, lin, B, m, nested, variant, dep_weight, a_free, a_dep, b_dep, d, jo):
-    """Factor-gradient coefficients of one row (as the explicit kernel): a_free for
-    a feature's top level, a_dep and b_dep for its dependent levels, at offset jo."""
+    """Factor-gradient coefficients of one row (as the explicit kernel, kernels/sgd.py's
+    table): a_free for a feature's top level, a_dep and b_dep for its dependent levels,
+    at offset jo. Returns the row's coefficient of the bias and linear gradients."""
+    g_lin = g
     for p in range(m):
         a_free[jo + p] = g
         a_dep[jo + p] = 0.0
@@ -170,6 +173,11 @@ def row_coefficients(g, lin, B, m, nested, variant, dep_weight, a_free, a_dep, b
         if variant == PAPER:
             for p in range(m - 1):
                 a_dep[jo + p] = d[p]
+        elif variant == AUTHORS:
+            for p in range(m - 1):
+                a_dep[jo + p] = dep_weight * d[p]
+                b_dep[jo + p] = g
+                g_lin += dep_weight * d[p]
         else:
             tail = 0.0  # Sum_{q >= p} d[q]
             for p in range(m - 1, -1, -1):
@@ -179,6 +187,7 @@ def row_coefficients(g, lin, B, m, nested, variant, dep_weight, a_free, a_dep, b
                     b_dep[jo + p] = g + dep_weight * (tail - d[p])
                 if p > 0:
                     tail += d[p - 1]
+    return g_lin
 
 
 def _make_trainers(method):
@@ -273,9 +282,8 @@ def _make_trainers(method):
                 lr_dep = lr_step
             g_lin = 0.0
             for j in range(K + 1):
-                row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free, a_dep,
-                                 b_dep, d, j * m)
-                g_lin += grad[j]
+                g_lin += row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free,
+                                          a_dep, b_dep, d, j * m)
             # per-level sums over the rows for the context features
             sum_free[:] = 0.0
             sum_dep[:] = 0.0

@@ -1,13 +1,33 @@
 """One training epoch of FM, RaFM or DiFacto with SGD, AdaGrad or Adam (numba).
 
 Each row: the Theorem 3 forward pass (:mod:`rafmcli.kernels.forward`), then
-bias, linear and factor steps. Free variables (a feature's top embedding
-v_i^(k_i), w, w0) step on the main loss; RaFM's dependent embeddings
-v_i^(l), l < k_i, step by paper Algorithm 1 or the joint variant. Factor
-gradients have the form ca x (S_l - v x) + cb x (S_l - T_l) + reg v
-(rafm-notes, "Gradients of B_{1,p}").
+bias, linear and factor steps. With g = dL/dy_hat of the main loss and
+d_p = L'(B_{1,p}, B_{1,p+1}) (regression B_{1,p} - B_{1,p+1}; classification
+sigma(lin + B_{1,p}) - sigma(lin + B_{1,p+1})), every factor gradient has the
+form  ca x (S_l - v x) + cb x (S_l - T_l) + reg v  (rafm-notes, "Gradients of
+B_{1,p}"), and the bias and linear weights step on g_lin (times x):
 
-Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
+=========  ==========================  ===========================  ===========
+variant    free v_i^(k_i): ca          dependent v_i^(l), l < k_i    g_lin
+=========  ==========================  ===========================  ===========
+paper      g                           ca = d_l, cb = 0 (rate rho_d) g
+authors    g                           ca = c d_l, cb = g            g + c Sum d_p
+cascade    g + c Sum_{q>=k_i} d_q      ca = c d_l,                   g
+                                       cb = g + c Sum_{q>l} d_q
+=========  ==========================  ===========================  ===========
+
+* paper: Algorithm 1; dependent variables step on L(B_{1,l}, B_{1,l+1}) with
+  their own rate rho_d.
+* authors: the authors' TensorFlow code (RaFM.py): one optimizer on
+  main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1}), where inside B_{1,p}
+  the levels below p and the free variables of level p are under
+  stop-gradient too.
+* cascade: the same objective with the gradient through every level of
+  B_{1,p} (no inner stop-gradients), bias and linear weights on g only.
+
+FM and DiFacto have free variables only. L2 (``reg``) is applied to the
+parameters a row touches. Kernels are free of I/O; tunables arrive as
+arguments (numba freezes globals).
 """
 
 import numpy as np
@@ -32,8 +52,9 @@ ADAGRAD = 1
 ADAM = 2
 GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
 
-PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1})
-JOINT = 1  # authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1})
+PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1}) at rate rho_d
+AUTHORS = 1  # the authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1}), inner stop-gradients
+CASCADE = 2  # the same objective, gradient through every level of B_{1,p}
 
 # hyper-parameter vector slots
 (H_LR, H_LR_DEP, H_REG0, H_REG1, H_DEP_WEIGHT, H_BETA1, H_BETA2, H_EPS, H_YMIN, H_YMAX,
@@ -188,7 +209,8 @@ def _make_trainers(method):
                 prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w)
             a, b = ptr[j], ptr[j + 1]
             lin = w0[0] + linear_part(a, b, idx, val, w)
-            pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
+            pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,
+                                        R, B)
             y_hat = lin + pair
             if task == TASK_REGRESSION:
                 y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
@@ -207,38 +229,46 @@ def _make_trainers(method):
                 corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
                 lr_step = lr * corr
                 lr_dep = lr_dep_base * corr
-            # coefficients of the factor gradients (see module notes)
+            # gradient coefficients (module notes); a row has no level above row_top,
+            # so d_p = 0 for p >= row_top
+            g_lin = g
             for p in range(m):
                 a_free[p] = g
-            if nested and m > 1:
-                for p in range(m - 1):
+            if nested and row_top > 0:
+                for p in range(row_top):
                     if task == TASK_REGRESSION:
                         d[p] = B[p] - B[p + 1]
                     else:
                         d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
                 if variant == PAPER:
-                    for p in range(m - 1):
+                    for p in range(row_top):
                         a_dep[p] = d[p]
                         b_dep[p] = 0.0
+                elif variant == AUTHORS:
+                    lr_dep = lr_step
+                    for p in range(row_top):
+                        a_dep[p] = dep_weight * d[p]
+                        b_dep[p] = g
+                        g_lin += dep_weight * d[p]
                 else:
                     lr_dep = lr_step
                     tail = 0.0  # Sum_{q >= p} d[q]
-                    for p in range(m - 1, -1, -1):
+                    for p in range(row_top, -1, -1):
                         a_free[p] = g + dep_weight * tail
-                        if p < m - 1:
+                        if p < row_top:
                             a_dep[p] = dep_weight * d[p]
                             b_dep[p] = g + dep_weight * (tail - d[p])
                         if p > 0:
                             tail += d[p - 1]
             # bias and linear weights
-            _step(w0, 0, acc0, 0, acc0, 1, g + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
                   method, beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for k in range(a, b):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
                 top = top_level(lev, i, m)
-                _step(w, i, accw1, i, accw2, i, g * x + hyper[H_REG1] * w[i], lr_linear, method,
+                _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
                       beta1, beta2, eps)
                 for l in range(top + 1):
                     start = row_start(offsets, widths, l, i)

@@ -20,7 +20,7 @@ from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows, predict_rows
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "sgda": K.SGD}  # sgda: solvers/sgda.py
-VARIANTS = {"paper": K.PAPER, "joint": K.JOINT}
+VARIANTS = {"paper": K.PAPER, "authors": K.AUTHORS, "cascade": K.CASCADE}
 
 
 def holdout_split(data, fraction, seed):

@@ -1,0 +1,227 @@
+"""Every training step pinned: objective -> gradient -> optimizer step, one row at a time.
+
+The chain, each link checked against the one before, all references float64
+(tests/naive.py):
+1. ``naive.row_gradient`` (formula from the pair loop) equals finite
+   differences of ``naive.objective``, each variant's objective with its
+   stop-gradients, per parameter group;
+2. the kernel's gradient (GRADIENT mode) equals ``naive.row_gradient``;
+3. one SGD, AdaGrad and Adam step of the kernel equals the closed form
+   ``naive.optimizer_step`` of that gradient, from a non-zero optimizer state
+   (a fresh AdaGrad or Adam state makes the first step lr sign(g), blind to
+   the gradient's size), with L2, values != 1 and rho_d != rho_f.
+"""
+
+import numpy as np
+import pytest
+from naive import dependent_mask, linear, objective, optimizer_step, pair_loop, row_gradient
+
+from rafmcli.kernels import sgd as K
+from rafmcli.model.layout import build
+
+LR, LR_DEP, WEIGHT = 0.05, 0.2, 0.7
+REG = (0.05, 0.1, (0.2, 0.1, 0.3))  # bias, linear, pairwise per level
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+STEP0 = 6  # the row is optimizer step 7 (Adam's bias correction)
+IDS = np.array([0, 1, 4, 6, 8, 10])  # internal ids: levels 3, 3, 2, 2, 1, 1 below
+VALS = np.array([1.5, -0.5, 2.0, 0.75, -1.25, 0.6])
+LEVELS = np.array([3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1])
+METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
+VARIANTS = {"paper": K.PAPER, "authors": K.AUTHORS, "cascade": K.CASCADE}
+# every model, and RaFM with every variant, with two and three levels
+CASES = [("fm", (4,), "paper"), ("difacto", (2, 3, 5), "paper")] + [
+    ("rafm", ranks, variant) for variant in VARIANTS for ranks in ((2, 4), (2, 3, 5))]
+
+
+def make_model(kind, ranks, task, seed=5):
+    rng = np.random.default_rng(seed)
+    m = len(ranks)
+    levels = np.minimum(LEVELS, m)
+    model = build(kind, task, ranks, np.arange(levels.shape[0]), levels, 0.5, rng, 0.3, (-1e9, 1e9))
+    model.w[:] = rng.normal(0, 0.5, levels.shape[0])
+    return model
+
+
+def label(task):
+    return 0.7 if task == "r" else 1.0
+
+
+def reg_levels(m):
+    return REG[2][:m]
+
+
+def kernel_run(model, y, variant, method, state, y_range=(-1e9, 1e9)):
+    """One row through the training kernel; updates model and state in place."""
+    lev, widths, offsets, V, w, w0 = model.kernel_model()
+    hyper = np.zeros(K.N_HYPER)
+    hyper[K.H_LR], hyper[K.H_LR_DEP] = LR, LR_DEP
+    hyper[K.H_REG0], hyper[K.H_REG1] = REG[0], REG[1]
+    hyper[K.H_DEP_WEIGHT] = WEIGHT
+    hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = BETA1, BETA2, EPS
+    hyper[K.H_YMIN], hyper[K.H_YMAX] = y_range
+    hyper[K.H_BIAS_ON] = hyper[K.H_LINEAR_ON] = 1.0
+    data = (np.array([0, len(IDS)], np.int64), IDS.astype(np.int32), VALS.astype(np.float32),
+            np.array([y], np.float64))
+    reg_v = np.asarray(reg_levels(len(model.ranks)), dtype=np.float64)
+    task = K.TASK_REGRESSION if model.task == "r" else K.TASK_CLASSIFICATION
+    K.train_epoch(np.zeros(1, np.int64), STEP0, data, (lev, widths, offsets, V, w, w0), state, hyper,
+                  reg_v, task, model.nested, VARIANTS[variant], method)
+    model.w0 = float(w0[0])
+
+
+def group_of(model, j):
+    """Parameter group of factor coordinate j: "free" or ("dependent", l)."""
+    widths, offsets = model.widths, model.offsets
+    level = int(np.searchsorted(offsets, j, side="right"))
+    feature = (j - offsets[level - 1]) // widths[level - 1]
+    if model.kind == "rafm" and level < model.levels[feature]:
+        return ("dependent", level)
+    return ("free",)
+
+
+@pytest.mark.parametrize("task", ["r", "c"])
+@pytest.mark.parametrize("kind,ranks,variant", CASES)
+def test_gradient_is_the_objectives(task, kind, ranks, variant):
+    """naive.row_gradient = finite differences of the variant's objective, each parameter group."""
+    model = make_model(kind, ranks, task)
+    m = len(ranks)
+    y = label(task)
+    theta0 = (model.w0, model.w.astype(np.float64), model.V.astype(np.float64))
+    d0, dw, dV = row_gradient(model, IDS, VALS, y, variant, WEIGHT, (REG[0], REG[1], reg_levels(m)))
+    h = 1e-6
+
+    def central(group, perturb, l2):
+        values = []
+        for sign in (1, -1):
+            theta = perturb(sign * h)
+            values.append(objective(model, theta, theta0, IDS, VALS, y, variant, WEIGHT, group) + l2(theta))
+        return (values[0] - values[1]) / (2 * h)
+
+    fd = central(("bias",), lambda e: (theta0[0] + e, theta0[1], theta0[2]), lambda t: 0.5 * REG[0] * t[0] ** 2)
+    assert d0 == pytest.approx(fd, rel=1e-6, abs=1e-8), "bias"
+    for i in IDS:
+        def shift_w(e, i=i):
+            w = theta0[1].copy()
+            w[i] += e
+            return theta0[0], w, theta0[2]
+        fd = central(("linear",), shift_w, lambda t, i=i: 0.5 * REG[1] * t[1][i] ** 2)
+        assert dw[i] == pytest.approx(fd, rel=1e-6, abs=1e-8), ("linear", i)
+    reg_of = np.concatenate([np.full(s * w, r) for s, w, r in zip(model.sizes, model.widths, reg_levels(m))])
+    touched = np.flatnonzero(dV != 0)
+    groups = set()
+    for j in touched:
+        def shift_v(e, j=j):
+            V = theta0[2].copy()
+            V[j] += e
+            return theta0[0], theta0[1], V
+        group = group_of(model, j)
+        groups.add(group[0])
+        fd = central(group, shift_v, lambda t, j=j: 0.5 * reg_of[j] * t[2][j] ** 2)
+        assert dV[j] == pytest.approx(fd, rel=1e-6, abs=1e-8), (j, group)
+    assert groups == ({"free", "dependent"} if kind == "rafm" else {"free"})
+    rows_factors = set(touched.tolist())
+    assert all(dV[j] == 0 for j in range(dV.shape[0]) if j not in rows_factors)
+
+
+@pytest.mark.parametrize("task", ["r", "c"])
+@pytest.mark.parametrize("kind,ranks,variant", CASES)
+def test_kernel_gradient_equals_reference(task, kind, ranks, variant):
+    model = make_model(kind, ranks, task)
+    y = label(task)
+    want = row_gradient(model, IDS, VALS, y, variant, WEIGHT, (REG[0], REG[1], reg_levels(len(ranks))))
+    state = (np.zeros_like(model.V), np.zeros(0, np.float32), np.zeros_like(model.w), np.zeros(0, np.float32),
+             np.zeros(2))
+    kernel_run(model, y, variant, K.GRADIENT, state)
+    assert state[4][0] == pytest.approx(want[0], rel=1e-5, abs=1e-6)
+    np.testing.assert_allclose(state[2], want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(state[0], want[2], rtol=1e-4, atol=2e-6)
+    assert np.all((state[0] == 0) == (want[2] == 0))
+
+
+def random_state(method, model, rng):
+    """Optimizer state mid-training: (accV1, accV2, accw1, accw2, acc0) as the solver lays it out."""
+    nv, nw = model.V.shape[0], model.w.shape[0]
+    if method == "sgd":
+        return (np.zeros(0, np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32),
+                np.zeros(0, np.float32), np.zeros(2))
+    if method == "adagrad":
+        return (rng.uniform(0.05, 1.0, nv).astype(np.float32), np.zeros(0, np.float32),
+                rng.uniform(0.05, 1.0, nw).astype(np.float32), np.zeros(0, np.float32),
+                np.array([rng.uniform(0.05, 1.0), 0.0]))
+    return (rng.normal(0, 0.3, nv).astype(np.float32), rng.uniform(0.05, 0.5, nv).astype(np.float32),
+            rng.normal(0, 0.3, nw).astype(np.float32), rng.uniform(0.05, 0.5, nw).astype(np.float32),
+            np.array([rng.normal(0, 0.3), rng.uniform(0.05, 0.5)]))
+
+
+def expected_step(method, model, state, grads, variant):
+    """Closed-form new (w0, w, V) and state from the reference gradient, float64."""
+    d0, dw, dV = grads
+    t = STEP0 + 1
+    n_state = {"sgd": 0, "adagrad": 1, "adam": 2}[method]
+
+    def step(p, g, lr, parts):
+        return optimizer_step(method, p, g, lr, parts, t, BETA1, BETA2, EPS)
+
+    w0, s0 = step(model.w0, d0, LR, tuple(np.float64(state[4][k]) for k in range(n_state)))
+    rows = IDS
+    w = model.w.astype(np.float64)
+    sw = [state[2].astype(np.float64), state[3].astype(np.float64)][:n_state]
+    new_w, new_sw = step(w[rows], dw[rows], LR, tuple(a[rows] for a in sw))
+    w[rows] = new_w
+    for a, b in zip(sw, new_sw):
+        a[rows] = b
+    V = model.V.astype(np.float64)
+    sv = [state[0].astype(np.float64), state[1].astype(np.float64)][:n_state]
+    touched = np.flatnonzero(dV != 0)
+    lr = np.where(dependent_mask(model)[touched] & (variant == "paper"), LR_DEP, LR)
+    new_v, new_sv = step(V[touched], dV[touched], lr, tuple(a[touched] for a in sv))
+    V[touched] = new_v
+    for a, b in zip(sv, new_sv):
+        a[touched] = b
+    return w0, w, V, s0, sw, sv
+
+
+@pytest.mark.parametrize("task", ["r", "c"])
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("kind,ranks,variant", CASES)
+def test_one_row_step_equals_closed_form(task, method, kind, ranks, variant):
+    model = make_model(kind, ranks, task)
+    y = label(task)
+    grads = row_gradient(model, IDS, VALS, y, variant, WEIGHT, (REG[0], REG[1], reg_levels(len(ranks))))
+    state = random_state(method, model, np.random.default_rng(9))
+    w0, w, V, s0, sw, sv = expected_step(method, model, state, grads, variant)
+    old = (model.w0, model.w.astype(np.float64), model.V.astype(np.float64))
+    kernel_run(model, y, variant, METHODS[method], state)
+    # compare the steps taken (new - old): float32 parameters, float64 references
+    assert model.w0 - old[0] == pytest.approx(w0 - old[0], rel=1e-4, abs=1e-9)
+    np.testing.assert_allclose(model.w - old[1], w - old[1], rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(model.V - old[2], V - old[2], rtol=1e-3, atol=1e-7)
+    for k, want in enumerate(s0):
+        assert state[4][k] == pytest.approx(want, rel=1e-4)
+    for got, want in zip(state[2:4], sw):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+    for got, want in zip(state[0:2], sv):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("side", ["above", "below"])
+def test_regression_prediction_clipped_in_training(side):
+    """Training steps on g = clip(y_hat, target range) - y, as libFM: a row whose raw
+    prediction lies outside the training targets' range pulls only from the range's edge."""
+    model = make_model("rafm", (2, 3, 5), "r")
+    y_hat = linear(model.w0, model.w, IDS, VALS) + pair_loop("rafm", IDS, VALS, model.levels, model.ranks,
+                                                             model.V)
+    edge = y_hat - 1.0 if side == "above" else y_hat + 1.0
+    y_range = (edge - 5.0, edge) if side == "above" else (edge, edge + 5.0)
+    y = edge - 0.2 if side == "above" else edge + 0.2
+    reg = (REG[0], REG[1], reg_levels(3))
+    clipped = row_gradient(model, IDS, VALS, y, "authors", WEIGHT, reg, y_range)
+    unclipped = row_gradient(model, IDS, VALS, y, "authors", WEIGHT, reg)
+    state = random_state("sgd", model, None)
+    w0, w, V, *_ = expected_step("sgd", model, state, clipped, "authors")
+    w0_raw = expected_step("sgd", model, state, unclipped, "authors")[0]
+    old = model.w0
+    kernel_run(model, y, "authors", K.SGD, state, y_range)
+    assert model.w0 - old == pytest.approx(w0 - old, rel=1e-4)
+    assert abs((w0_raw - old) - (w0 - old)) > 0.01  # the clip matters here
+    np.testing.assert_allclose(model.V, V, rtol=1e-5, atol=1e-6)

@@ -14,9 +14,25 @@ def names(task):
     return REGRESSION_METRICS if task == "r" else CLASSIFICATION_METRICS
 
 
-def early_stop_metric(task):
-    """The validation metric early stopping watches (lower is better)."""
-    return "rmse" if task == "r" else "logloss"
+HIGHER_IS_BETTER = frozenset({"auc", "accuracy"})
+
+
+def early_stop_metric(task, metric=None):
+    """The validation metric early stopping and selection watch: ``metric``, or RMSE / logloss.
+
+    Raises ValueError when ``metric`` is not one of the task's metrics.
+    """
+    if metric is None:
+        return "rmse" if task == "r" else "logloss"
+    if metric not in names(task):
+        kind = "regression" if task == "r" else "classification"
+        raise ValueError(f"--metric {metric} is not a {kind} metric (choose from {', '.join(names(task))})")
+    return metric
+
+
+def loss_of(metric, value):
+    """``value`` of ``metric`` as a loss: lower is better (AUC and accuracy negated)."""
+    return -value if metric in HIGHER_IS_BETTER else value
 
 
 def auc(positive, scores):

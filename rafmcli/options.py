@@ -10,6 +10,7 @@ from dataclasses import dataclass
 DEFAULT_RANKS = {"fm": (8,), "rafm": (32, 512), "difacto": (32, 512)}
 # RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
 VARIANTS = ("paper", "authors", "cascade")
+METRICS = ("rmse", "mae", "logloss", "auc", "accuracy")  # rafmcli.metrics computes them
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Options:
     seed: int = 1
     threads: int = 1
     early_stop: int = 5
+    metric: str | None = None  # validation metric for early stopping; None: rmse (r) / logloss (c)
     holdout: float = 0.1
     burn_in: int | None = None   # mcmc; None: iters // 10 (burn_in_default)
     keep_samples: int = 10

@@ -181,7 +181,8 @@ def pair_loop_gradient(kind, ids, vals, levels, ranks, V, cap=None):
             k = min(levels[i], levels[j])
             if cap is not None:
                 k = min(k, cap)
-            grad[coordinates(kind, ranks, levels, i, k)] += V[coordinates(kind, ranks, levels, j, k)] * vals[a] * vals[b]
+            vj = V[coordinates(kind, ranks, levels, j, k)]
+            grad[coordinates(kind, ranks, levels, i, k)] += vj * vals[a] * vals[b]
     return grad
 
 

@@ -392,3 +392,26 @@ def test_dependent_rate_acts(sample, tmp_path):
     dependent, free = moved["1e-30"]
     assert dependent.max() < 1e-12 and free.min() > 1e-6
     assert moved["0.01"][0].min() > 1e-6
+
+
+def test_metric_chooses_the_best_epoch(sample):
+    """--metric auc keeps the epoch of the highest validation AUC (higher is better), mae the lowest MAE."""
+    tr, va = read_dataset(sample("classification.train")), read_dataset(sample("classification.validation"))
+    for task, metric, pick in (("c", "auc", max), ("c", "accuracy", max), ("c", "logloss", min)):
+        opts = Options(task=task, model="fm", ranks=(8,), iters=12, early_stop=0, learn_rate=0.3, metric=metric)
+        model, history = train(tr, opts, validation=va, progress=False, quiet=True)
+        values = [h[metric] for h in history]
+        best = values.index(pick(values)) + 1
+        assert model.info["training"]["best_epoch"] == best, (metric, values)
+        assert evaluate(task, va.labels, predict_dataset(model, va)[0])[metric] == pytest.approx(pick(values))
+    tr, va = read_dataset(sample("regression.train")), read_dataset(sample("regression.validation"))
+    opts = Options(task="r", model="fm", ranks=(16,), iters=200, early_stop=2, learn_rate=0.3, reg_factors=(0.0,),
+                   metric="mae")
+    model, history = train(tr, opts, validation=va, progress=False, quiet=True)
+    best = min(range(len(history)), key=lambda e: history[e]["mae"])
+    assert len(history) == best + 1 + 2 < 200 and model.info["training"]["best_epoch"] == best + 1
+
+
+def test_metric_of_the_other_task_refused(sample):
+    result = run(["train", "--task", "r", "--train", sample("regression.train"), "--metric", "auc"])
+    assert result.exit_code == 2 and "--metric auc is not a regression metric" in result.output

@@ -14,7 +14,7 @@ from rafmcli.cli.options import (
     read,
     warn_unseen,
 )
-from rafmcli.options import DEFAULT_RANKS, VARIANTS
+from rafmcli.options import DEFAULT_RANKS, METRICS, VARIANTS
 from rafmcli.options import DEFAULTS as D
 
 
@@ -128,7 +128,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--threads", type=click.IntRange(1), default=D.threads, show_default=True,
               help="Training threads (lock-free Hogwild SGD over rows when > 1).")
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
-              help="Stop after this many epochs without a better validation metric (RMSE or logloss); 0: never.")
+              help="Stop after this many epochs without a better validation --metric; 0: never.")
+@click.option("--metric", type=click.Choice(METRICS),
+              help="Validation metric for early stopping and the best epoch: rmse or mae (r); logloss, auc "
+                   "or accuracy (c).  [default: rmse for r, logloss for c]")
 @click.option("--meta", type=click.Path(dir_okay=False),
               help="Feature groups (libFM's group file: line n holds the group of feature n; features beyond "
                    "the file form one more group): als and mcmc give each group its own priors and L2 "
@@ -163,7 +166,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @no_cache_option
 def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
           levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
-          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, meta, negatives,
+          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, metric, meta, negatives,
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
@@ -174,6 +177,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     """
     from rafmcli.errors import printable
     from rafmcli.io.levels_file import read_levels_file
+    from rafmcli.metrics import early_stop_metric
     from rafmcli.options import Options, method_default, regularisation
     from rafmcli.solvers.sgd import holdout_split
 
@@ -190,6 +194,13 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     check_variant_options(ctx, model_kind, variant, dependent_rate)
+    if metric and task == "implicit":
+        raise click.UsageError("--metric applies to --task r and c; implicit training watches NDCG@K "
+                               "(--eval-group) or the validation loss")
+    try:
+        early_stop_metric(task, metric)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metric") from None
     coordinate = method in ("als", "mcmc")
     grouped = coordinate or method == "sgda"  # methods with per-group priors or L2 weights
     if (grouped or method == "sgda") and task == "implicit":
@@ -259,7 +270,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
-                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, burn_in=burn_in,
+                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, metric=metric, burn_in=burn_in,
                    keep_samples=keep_samples,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,

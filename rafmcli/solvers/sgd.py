@@ -140,7 +140,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     hyper = hyper_vector(opts, model)
     reg_v = np.asarray(per_level(opts.reg_factors, m), dtype=np.float64)
     kmodel = model.kernel_model()
-    watch = metrics.early_stop_metric(opts.task)
+    watch = metrics.early_stop_metric(opts.task, opts.metric)
+    loss_name = metrics.early_stop_metric(opts.task)  # NaN here means divergence (AUC can be NaN)
     best = (math.inf, 0, None)
     history = []
     log = Log(rlog, opts.task)
@@ -170,7 +171,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
             if vrows is not None:
                 row.update(metrics.evaluate(opts.task, validation.labels, predict_rows(model, vrows)))
-            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[watch])):
+            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[loss_name])):
                 raise DivergedError(
                     f"training diverged in epoch {epoch} (train loss {train_loss}); "
                     f"try a smaller --learn-rate (now {opts.learn_rate:g})")
@@ -184,8 +185,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
                 bar.update(1)
             if vrows is None:
                 continue
-            if row[watch] < best[0]:
-                best = (row[watch], epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
+            if metrics.loss_of(watch, row[watch]) < best[0]:
+                best = (metrics.loss_of(watch, row[watch]), epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
             elif opts.early_stop and epoch - best[1] >= opts.early_stop:
                 break
     finally:

@@ -172,8 +172,8 @@ class _FMEstimator:
     def __init__(self, model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
-                 holdout=None, burn_in=None, keep_samples=None, beta1=None, beta2=None, eps=None, levels=None,
-                 warm_start=False, verbose=False):
+                 metric=None, holdout=None, burn_in=None, keep_samples=None, beta1=None, beta2=None, eps=None,
+                 levels=None, warm_start=False, verbose=False):
         self.model = model
         self.ranks = ranks
         self.method = method
@@ -191,6 +191,7 @@ class _FMEstimator:
         self.seed = seed
         self.threads = threads
         self.early_stop = early_stop
+        self.metric = metric
         self.holdout = holdout
         self.burn_in = burn_in
         self.keep_samples = keep_samples

@@ -37,6 +37,7 @@ from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
     ADAM,
+    AUTHORS,
     GRADIENT,
     H_BETA1,
     H_BETA2,
@@ -48,7 +49,6 @@ from rafmcli.kernels.sgd import (
     H_LR_DEP,
     H_REG0,
     H_REG1,
-    AUTHORS,
     PAPER,
     SGD,
     _step,
@@ -223,6 +223,7 @@ def _make_trainers(method):
         y = np.empty(K + 1)
         lin = np.empty(K + 1)
         grad = np.empty(K + 1)
+        grad_lin = np.empty(K + 1)  # each row's bias/linear coefficient (the authors' rule adds c Sum d_p)
         shift = np.empty(K + 1)
         log_k = np.log(K)
         vals = np.empty(K + 1, dtype=np.int64)
@@ -282,8 +283,9 @@ def _make_trainers(method):
                 lr_dep = lr_step
             g_lin = 0.0
             for j in range(K + 1):
-                g_lin += row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free,
-                                          a_dep, b_dep, d, j * m)
+                grad_lin[j] = row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free,
+                                               a_dep, b_dep, d, j * m)
+                g_lin += grad_lin[j]
             # per-level sums over the rows for the context features
             sum_free[:] = 0.0
             sum_dep[:] = 0.0
@@ -328,7 +330,7 @@ def _make_trainers(method):
                 for k in range(vptr[u], vptr[u + 1]):
                     i = vfeat[k]
                     x = vx[k]
-                    _step(w, i, accw1, i, accw2, i, grad[j] * x + hyper[H_REG1] * w[i], lr_linear, method,
+                    _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + hyper[H_REG1] * w[i], lr_linear, method,
                           beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):

@@ -290,7 +290,16 @@ class _FMEstimator:
 
     # fitting
     def _fit(self, X, y, eval_set):
-        opts = self.options()
+        init = self.model_ if self.warm_start and hasattr(self, "model_") else None
+        if init is not None:  # continue: the model's kind and ranks unless others were asked for
+            from rafmcli.model import continued
+
+            kind, ranks = _checked(lambda: continued.settle(
+                init, f"{type(self).__name__} (warm start)", self._task, self.model,
+                None if self.ranks is None else self._ranks(self.ranks, self.model or init.kind)))
+            opts = type(self)(**{**self.get_params(), "model": kind, "ranks": ranks}).options()
+        else:
+            opts = self.options()
         data, n_cols = as_dataset(X)
         if y is None and n_cols is None:
             y = self._file_labels(data.labels)  # a Dataset: the labels of its file
@@ -325,7 +334,7 @@ class _FMEstimator:
 
         model, history = _checked(lambda: train(
             data, opts, validation=valid, levels_override=self._levels_override(len(opts.ranks)),
-            quiet=not self.verbose, progress=self.verbose, echo=echo))
+            quiet=not self.verbose, progress=self.verbose, echo=echo, init=init))
         self._keep(model, n_cols)
         self.history_ = history
         return self
@@ -379,12 +388,16 @@ class _FMEstimator:
         return predict_dataset(self.model_, data, raw=not finished).values
 
     # files
-    def save(self, path):
-        """Write the model file ``rafm predict --model`` reads (through a temporary file)."""
+    def save(self, path, state=False):
+        """Write the model file ``rafm predict --model`` reads (through a temporary file).
+
+        ``state=True`` adds the optimizer state, so that a later warm start (or
+        ``rafm train --init-model``) continues exactly where this fit stopped.
+        """
         self._check_fitted()
         from rafmcli.model import files
 
-        files.save(self.model_, str(path))
+        files.save(self.model_, str(path), state=state)
         return self
 
     @classmethod

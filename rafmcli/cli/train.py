@@ -80,6 +80,12 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
 @click.option("--out", type=OUTPUT, help="Prediction file for --test, one value a line; - for stdout.")
 @click.option("--save-model", type=BINARY_OUTPUT, help="Write the trained model to this file.")
+@click.option("--init-model", type=click.Path(exists=True, dir_okay=False),
+              help="Continue training this saved model (same task, model and ranks): its features keep "
+                   "levels and parameters, new features get Eq. 17 levels and fresh factors.")
+@click.option("--save-state", is_flag=True,
+              help="Also save the optimizer state (AdaGrad/Adam accumulators) in --save-model, so that "
+                   "--init-model continues exactly; the file grows by one or two copies of the factors.")
 @click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
               show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
 @click.option("--dim", type=click.IntRange(1),
@@ -164,7 +170,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "- for stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
-def train(task, train_file, validation, holdout, test, out, save_model, model_kind, dim, ranks,
+def train(task, train_file, validation, holdout, test, out, save_model, init_model, save_state,
+          model_kind, dim, ranks,
           levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
           dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, metric, meta, negatives,
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
@@ -183,6 +190,23 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
 
     if dim is not None and ranks is not None:
         raise click.UsageError("give --dim or --ranks, not both")
+    init = None
+    if init_model:
+        from rafmcli.model import continued
+        from rafmcli.model import files as model_files
+
+        if task == "implicit":
+            raise click.UsageError("--init-model continues r and c models; implicit ones start afresh")
+        if method in ("als", "mcmc", "sgda"):
+            raise click.UsageError(f"--init-model continues --method sgd, adagrad or adam, not {method}")
+        init = model_files.load(init_model)
+        given = click.get_current_context().get_parameter_source("model_kind").name != "DEFAULT"
+        model_kind, ranks = continued.settle(init, init_model, task, model_kind if given else None,
+                                             (dim,) if dim is not None else ranks)
+        if init.state is not None and init.state.method != method and not quiet:
+            click.echo(f"rafm: {printable(init_model)}: its optimizer state is for {init.state.method}; "
+                       f"{method} starts afresh", err=True)
+        dim = None
     ranks = (dim,) if dim is not None else ranks or DEFAULT_RANKS[model_kind]
     if model_kind == "fm" and len(ranks) > 1:
         raise click.UsageError("an FM has one rank: use --dim D (or --model rafm/difacto)")
@@ -300,9 +324,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, model_ki
                                     rlog=log, quiet=quiet, echo=echo)
         else:
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
-                                    rlog=log, quiet=quiet, echo=echo, groups=assignment)
+                                    rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init)
         if save_model:
-            outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
+            outputs.write(save_model, functools.partial(model_files.write, model, state=save_state), binary=True)
         if test_data is not None:
             if chain_predictions is not None:  # mcmc: the average over the whole chain
                 predictions, (unseen, distinct) = chain_predictions, kernel_rows(model, test_data)[3:]

@@ -21,15 +21,19 @@ import numpy as np
 from rafmcli import __version__
 from rafmcli.errors import InputError
 from rafmcli.io.output import Outputs
-from rafmcli.model.layout import Model, aligned_zeros
+from rafmcli.model.layout import Model, OptimizerState, aligned_copy, aligned_zeros
 
 FORMAT_NAME = "rafm-model"
 FORMAT_VERSION = 2
 READS = (1, 2)
 
 
-def write(model, fh):
-    """Write ``model`` as a zip archive into the binary file ``fh`` (it need not seek)."""
+def write(model, fh, state=False):
+    """Write ``model`` as a zip archive into the binary file ``fh`` (it need not seek).
+
+    ``state``: also write its optimizer state (``state_*.npy`` and the header's
+    "optimizer_state"), so that training can continue where it stopped.
+    """
     header = {
         "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "rafm_version": __version__,
         "model": model.kind, "task": model.task, "ranks": list(model.ranks),
@@ -41,6 +45,9 @@ def write(model, fh):
     arrays = {"feature_ids": model.feature_ids, "levels": model.levels, "w": model.w, "V": model.V}
     if model.vocabulary is not None:
         arrays.update(model.vocabulary.arrays())
+    if state and model.state is not None:
+        header["optimizer_state"] = {"method": model.state.method, "steps": int(model.state.steps)}
+        arrays.update({"state_" + name: getattr(model.state, name) for name in OptimizerState.ARRAYS})
     others = model.samples[:-1]
     with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
         zf.writestr("model.json", json.dumps(header, indent=1))
@@ -64,10 +71,10 @@ def _write_rows(zf, name, rows):
             out.write(np.ascontiguousarray(row, dtype=np.float32).data)
 
 
-def save(model, path):
+def save(model, path, state=False):
     """Write ``model`` to ``path`` on its own (see :class:`rafmcli.io.output.Outputs`)."""
     with Outputs() as outputs:
-        outputs.write(path, functools.partial(write, model), binary=True)
+        outputs.write(path, functools.partial(write, model, state=state), binary=True)
 
 
 def _read_aligned(fh):
@@ -120,6 +127,14 @@ def load(path):
                 for name in ("sample_w0", "sample_w", "sample_V"):
                     with zf.open(name + ".npy") as fh:
                         arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
+            state = None
+            if "optimizer_state" in header:
+                opt = header["optimizer_state"]
+                state = {name: np.lib.format.read_array(zf.open(f"state_{name}.npy"), allow_pickle=False)
+                         for name in OptimizerState.ARRAYS}
+                for name in ("V1", "V2"):
+                    state[name] = _aligned(state[name])
+                state = OptimizerState(str(opt["method"]), **state, steps=int(opt["steps"]))
     except InputError:
         raise
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -128,7 +143,7 @@ def load(path):
     model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
                   arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
                   float(header["target_min"]), float(header["target_max"]), info, vocabulary,
-                  header.get("link", "logit"))
+                  header.get("link", "logit"), state=state)
     n = model.feature_ids.shape[0]
     if (model.levels.shape[0] != n or model.w.shape[0] != n
             or model.V.shape[0] != int((model.sizes * model.widths).sum())
@@ -143,4 +158,13 @@ def load(path):
                 or ws.dtype != np.float32 or Vs.dtype != np.float32):
             raise InputError(f"{path}: damaged model file (sample arrays disagree with the header)")
         model.samples = [(float(w0s[j]), ws[j], Vs[j]) for j in range(k)] + [(model.w0, model.w, model.V)]
+    if state is not None and not (
+            all(a.shape[0] in (0, model.V.shape[0]) and a.dtype == np.float32 for a in (state.V1, state.V2))
+            and all(a.shape[0] in (0, n) and a.dtype == np.float32 for a in (state.w1, state.w2))
+            and state.bias.shape == (2,)):
+        raise InputError(f"{path}: damaged model file (optimizer state sizes disagree with the model)")
     return model
+
+
+def _aligned(a):
+    return aligned_copy(np.ascontiguousarray(a).ravel())

@@ -47,6 +47,7 @@ class Model:
     vocabulary: object = None  # implicit models: group values (model.vocabulary.Vocabulary)
     link: str = "logit"       # classification: "logit" (sigmoid) or "probit" (normal CDF)
     samples: list = field(default_factory=list)  # MCMC: kept draws (w0, w, V); predictions average them
+    state: object = None       # OptimizerState of the last epoch, kept to continue training
 
     @property
     def nested(self):
@@ -95,6 +96,68 @@ def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_ra
     model.V = aligned_zeros(n_factors, np.float32)
     model.V[:] = rng.normal(0.0, init_stdev, n_factors)
     return model
+
+
+@dataclass
+class OptimizerState:
+    """AdaGrad/Adam accumulators of a model: V1, V2 in V's layout, w1, w2 in w's, bias (2).
+
+    Arrays a method does not use are empty; ``steps`` counts the rows trained
+    (Adam's bias correction continues from it).
+    """
+
+    method: str
+    V1: np.ndarray
+    V2: np.ndarray
+    w1: np.ndarray
+    w2: np.ndarray
+    bias: np.ndarray
+    steps: int = 0
+    ARRAYS = ("V1", "V2", "w1", "w2", "bias")
+
+    def kernel_state(self):
+        """The tuple the epoch kernels take: (accV1, accV2, accw1, accw2, acc0)."""
+        return tuple(getattr(self, name) for name in self.ARRAYS)
+
+
+def extend(model, feature_ids, levels, init_stdev, rng, target_range):
+    """``model`` with the features of ``feature_ids`` it lacks added (to continue training).
+
+    Known features keep their level, weights and factors; new ones get
+    ``levels`` (Eq. 17 on the new data, one per id of ``feature_ids``), w = 0
+    and factors ~ N(0, init_stdev). Optimizer state moves with its parameters
+    and starts at zero for the new features. The target range is the union.
+    """
+    new = internal_indices(model, feature_ids) < 0
+    ids = np.concatenate([model.feature_ids, np.asarray(feature_ids, dtype=np.int32)[new]])
+    lv = np.concatenate([model.levels, np.asarray(levels, dtype=np.int8)[new]])
+    grown = build(model.kind, model.task, model.ranks, ids, lv, init_stdev, rng, model.w0,
+                  (min(model.target_min, target_range[0]), max(model.target_max, target_range[1])))
+    grown.info, grown.vocabulary = dict(model.info), model.vocabulary
+    pos = internal_indices(grown, model.feature_ids).astype(np.int64)
+
+    def move_rows(old_flat, new_flat):
+        for level in range(1, len(model.ranks) + 1):
+            size, width = int(model.sizes[level - 1]), int(model.widths[level - 1])
+            old = old_flat[model.offsets[level - 1]:][:size * width].reshape(size, width)
+            new_block = new_flat[grown.offsets[level - 1]:][:int(grown.sizes[level - 1]) * width]
+            new_block.reshape(-1, width)[pos[:size]] = old  # F_l is a prefix of both orders
+
+    move_rows(model.V, grown.V)
+    grown.w[pos] = model.w
+    if model.state is not None:
+        st = model.state
+        grown.state = OptimizerState(st.method, *(aligned_zeros(grown.V.shape[0] if a.shape[0] else 0, a.dtype)
+                                                  for a in (st.V1, st.V2)),
+                                     *(np.zeros(grown.w.shape[0] if a.shape[0] else 0, a.dtype)
+                                       for a in (st.w1, st.w2)), st.bias.copy(), st.steps)
+        for old, new_arr in ((st.V1, grown.state.V1), (st.V2, grown.state.V2)):
+            if old.shape[0]:
+                move_rows(old, new_arr)
+        for old, new_arr in ((st.w1, grown.state.w1), (st.w2, grown.state.w2)):
+            if old.shape[0]:
+                new_arr[pos] = old
+    return grown
 
 
 def internal_indices(model, ids):

@@ -15,7 +15,7 @@ from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.kernels import sgd as K
 from rafmcli.levels import assign_levels
-from rafmcli.model.layout import aligned_copy, aligned_zeros, build
+from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows, predict_rows
 
@@ -108,11 +108,17 @@ def _cell(value):
 
 
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
-          progress=True, echo=print, groups=None):
+          progress=True, echo=print, groups=None, init=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
 
     ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
     ``validation``), with L2 weights per group of ``groups`` (a GroupAssignment).
+
+    ``init``: a trained Model to continue from (same task, kind and ranks):
+    its features keep their levels and parameters, features new in ``data``
+    get Eq. 17 levels and fresh factors (:func:`rafmcli.model.layout.extend`),
+    and its optimizer state is used when it has one for ``opts.method``. The
+    returned model carries the state of its last epoch (``model.state``).
 
     ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
@@ -123,14 +129,19 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     m = len(opts.ranks)
     rng = np.random.default_rng(opts.seed)
     levels = feature_levels(data, opts.ranks, levels_override)
-    w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
     labels = np.asarray(data.labels, dtype=np.float64)
-    model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
-                  rng, w0, (labels.min(), labels.max()))
+    if init is None:
+        w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
+        model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
+                      rng, w0, (labels.min(), labels.max()))
+    else:
+        model = extend(init, data.feature_ids, levels, opts.init_stdev, rng, (labels.min(), labels.max()))
     rows = kernel_rows(model, data)
     kdata = (rows[0], rows[1], rows[2], labels)
     vrows = kernel_rows(model, validation) if validation is not None else None
-    state = optimizer_state(opts.method, model)
+    kept = model.state is not None and model.state.method == opts.method
+    state = model.state.kernel_state() if kept else optimizer_state(opts.method, model)
+    steps = model.state.steps if kept else 0
     adaptive = None
     if opts.method == "sgda":
         from rafmcli.solvers.sgda import AdaptiveStep
@@ -157,7 +168,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
         for epoch in range(1, opts.iters + 1):
             start = time.perf_counter()
             order = rng.permutation(n).astype(np.int64)
-            args = ((epoch - 1) * n, kdata, kmodel, state, hyper, reg_v, task, model.nested,
+            args = (steps + (epoch - 1) * n, kdata, kmodel, state, hyper, reg_v, task, model.nested,
                     VARIANTS[opts.variant], METHODS[opts.method])
             if adaptive is not None:
                 loss = adaptive.epoch(order, epoch, kmodel[5])
@@ -200,6 +211,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     if adaptive is not None:
         summary["regularisation"] = adaptive.summary()
     model.info = {"options": asdict(opts), "training": summary}
+    model.state = OptimizerState(opts.method, *state, steps=steps + len(history) * n)
     if not quiet:
         echo(_summary_line(opts, model, history, summary))
     return model, history

@@ -1,0 +1,124 @@
+"""Continued training: `rafm train --init-model`, the model file's optimizer state, the API's warm start."""
+
+import os
+import zipfile
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli import api
+from rafmcli.cli import main
+from rafmcli.io.reader import read_dataset
+from rafmcli.levels import assign_levels
+from rafmcli.model import files as model_files
+from rafmcli.model.dump import vectors
+from rafmcli.model.layout import CACHE_LINE
+
+
+def run(args):
+    return CliRunner().invoke(main, args)
+
+
+def params_by_id(model):
+    """{feature id: (level, w, [vectors])} read through the model's public layout."""
+    return {int(model.feature_ids[j]): (int(model.levels[j]), float(model.w[j]), [v.copy() for v in vectors(model, j)])
+            for j in range(model.feature_ids.shape[0])}
+
+
+def write_rows(path, rows):
+    path.write_text("".join(f"{y} " + " ".join(f"{i}:{x}" for i, x in feats) + "\n" for y, feats in rows))
+    return str(path)
+
+
+REPEATED = [(3.5, [(0, 1), (1, 0.5), (2, 1), (3, 2)])] * 6  # identical rows: any row order trains the same
+
+
+@pytest.mark.parametrize("method", ["adagrad", "adam"])
+def test_two_runs_with_state_equal_one_run(tmp_path, method):
+    data = write_rows(tmp_path / "rows.libfm", REPEATED)
+    common = ["--task", "r", "--ranks", "2,4", "--train", data, "--holdout", "0", "--method", method,
+              "--learn-rate", "0.01", "--quiet"]
+    assert run(["train", *common, "--iter", "6", "--save-model", str(tmp_path / "straight.rafm")]).exit_code == 0
+    assert run(["train", *common, "--iter", "2", "--save-model", str(tmp_path / "half.rafm"),
+                "--save-state"]).exit_code == 0
+    assert run(["train", *common, "--iter", "4", "--init-model", str(tmp_path / "half.rafm"),
+                "--save-model", str(tmp_path / "continued.rafm")]).exit_code == 0
+    straight = model_files.load(str(tmp_path / "straight.rafm"))
+    continued = model_files.load(str(tmp_path / "continued.rafm"))
+    np.testing.assert_array_equal(continued.V, straight.V)
+    np.testing.assert_array_equal(continued.w, straight.w)
+    assert continued.w0 == straight.w0
+    # without the state the optimizer restarts: a different model
+    assert run(["train", *common, "--iter", "2", "--save-model", str(tmp_path / "bare.rafm")]).exit_code == 0
+    assert run(["train", *common, "--iter", "4", "--init-model", str(tmp_path / "bare.rafm"),
+                "--save-model", str(tmp_path / "restarted.rafm")]).exit_code == 0
+    assert not np.array_equal(model_files.load(str(tmp_path / "restarted.rafm")).V, straight.V)
+
+
+def test_state_is_saved_only_when_asked(sample, tmp_path):
+    common = ["train", "--task", "c", "--ranks", "4,16", "--train", sample("classification.train"),
+              "--iter", "2", "--quiet"]
+    assert run([*common, "--save-model", str(tmp_path / "plain.rafm")]).exit_code == 0
+    assert run([*common, "--save-model", str(tmp_path / "state.rafm"), "--save-state"]).exit_code == 0
+    assert not any(n.startswith("state_") for n in zipfile.ZipFile(tmp_path / "plain.rafm").namelist())
+    assert model_files.load(str(tmp_path / "plain.rafm")).state is None
+    loaded = model_files.load(str(tmp_path / "state.rafm"))
+    st = loaded.state
+    assert st.method == "adagrad" and st.V1.shape == loaded.V.shape and st.V2.shape == (0,)
+    assert st.V1.ctypes.data % CACHE_LINE == 0 and np.all(st.V1 > 0)
+    assert st.steps == 2 * 2700  # two epochs over the 90% not held out
+
+
+def test_known_features_keep_levels_new_ones_get_eq17(tmp_path):
+    """Part A makes 0 frequent and 1 rare; part B the reverse and adds 7 and 8."""
+    a = write_rows(tmp_path / "a.libfm", [(1.0, [(0, 1), (1, 1)])] + [(2.0, [(0, 1), (2, 1)])] * 40)
+    b = write_rows(tmp_path / "b.libfm", [(1.5, [(1, 1), (7, 1)])] * 40 + [(2.5, [(8, 1), (2, 0.5)])] * 2)
+    common = ["--task", "r", "--ranks", "2,8", "--holdout", "0", "--quiet"]
+    assert run(["train", *common, "--train", a, "--iter", "3", "--save-model", str(tmp_path / "a.rafm"),
+                "--save-state"]).exit_code == 0
+    assert run(["train", *common, "--train", b, "--iter", "2", "--init-model", str(tmp_path / "a.rafm"),
+                "--save-model", str(tmp_path / "b.rafm")]).exit_code == 0
+    before = params_by_id(model_files.load(str(tmp_path / "a.rafm")))
+    after = params_by_id(model_files.load(str(tmp_path / "b.rafm")))
+    assert set(after) == {0, 1, 2, 7, 8}
+    assert {i: after[i][0] for i in (0, 1, 2)} == {i: before[i][0] for i in (0, 1, 2)} == {0: 2, 1: 1, 2: 2}
+    counts = read_dataset(b).counts  # ids 1, 2, 7, 8 in B
+    expected = dict(zip([1, 2, 7, 8], assign_levels(counts, (2, 8))))
+    assert (after[7][0], after[8][0]) == (expected[7], expected[8]) == (2, 1)
+    # 0 is not in B: untouched, bit for bit; 1 and 2 trained on
+    assert after[0][1] == before[0][1]
+    for v_after, v_before in zip(after[0][2], before[0][2]):
+        np.testing.assert_array_equal(v_after, v_before)
+    assert after[1][1] != before[1][1]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--task", "c"], "regression model cannot continue as classification"),
+    (["--task", "r", "--model", "difacto"], "rafm model cannot continue as difacto"),
+    (["--task", "r", "--ranks", "4,32"], "its ranks are 4,16"),
+])
+def test_a_different_model_is_refused(sample, tmp_path, args, words):
+    saved = tmp_path / "m.rafm"
+    assert run(["train", "--task", "r", "--ranks", "4,16", "--train", sample("regression.train"), "--iter", "1",
+                "--save-model", str(saved), "--quiet"]).exit_code == 0
+    result = run(["train", *args, "--train", sample("regression.train"), "--init-model", str(saved),
+                  "--save-model", str(tmp_path / "again.rafm")])
+    assert result.exit_code == 2 and words in result.output
+    assert os.listdir(tmp_path) == ["m.rafm"]
+
+
+def test_api_warm_start_continues_exactly(tmp_path):
+    data = write_rows(tmp_path / "rows.libfm", REPEATED)
+    X, y = api.read_data(data)
+    straight = api.FMRegressor(ranks=(2, 4), iters=5, holdout=0, method="adam", learn_rate=0.01).fit(X, y)
+    warm = api.FMRegressor(ranks=(2, 4), iters=2, holdout=0, method="adam", learn_rate=0.01, warm_start=True)
+    warm.fit(X, y).set_params(iters=3).fit(X, y)
+    np.testing.assert_array_equal(warm.model_.V, straight.model_.V)
+    # through a file: save with state, load, continue
+    half = api.FMRegressor(ranks=(2, 4), iters=2, holdout=0, method="adam", learn_rate=0.01).fit(X, y)
+    half.save(tmp_path / "half.rafm", state=True)
+    again = api.load(tmp_path / "half.rafm").set_params(iters=3, warm_start=True).fit(X, y)
+    np.testing.assert_array_equal(again.model_.V, straight.model_.V)
+    with pytest.raises(ValueError, match="cannot continue as fm"):
+        warm.set_params(model="fm", ranks=4).fit(X, y)

@@ -2,6 +2,7 @@
 
 import click
 
+from rafmcli.cli.libfm import LibfmAwareCommand
 from rafmcli.cli.options import (
     BINARY_OUTPUT,
     FLOATS,
@@ -66,7 +67,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                                "(Algorithm 1) trains dependent variables on the distillation loss alone")
 
 
-@click.command()
+@click.command(cls=LibfmAwareCommand)
 @click.option("--task", type=click.Choice(["r", "c", "implicit"]), required=True,
               help="r: regression (square loss); c: binary classification (logistic loss, "
                    "label > 0 is positive); implicit: every row a positive (label > 0), negatives "
@@ -82,7 +83,11 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--save-model", type=BINARY_OUTPUT, help="Write the trained model to this file.")
 @click.option("--init-model", type=click.Path(exists=True, dir_okay=False),
               help="Continue training this saved model (same task, model and ranks): its features keep "
-                   "levels and parameters, new features get Eq. 17 levels and fresh factors.")
+                   "levels and parameters, new features get Eq. 17 levels and fresh factors. A libFM text "
+                   "model (libFM -save_model) continues as an FM.")
+@click.option("--dump-model", type=OUTPUT,
+              help="Also write the trained model as text: rafm dump's layout, libFM's -save_model layout "
+                   "for an FM.")
 @click.option("--save-state", is_flag=True,
               help="Also save the optimizer state (AdaGrad/Adam accumulators) in --save-model, so that "
                    "--init-model continues exactly; the file grows by one or two copies of the factors.")
@@ -170,7 +175,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "- for stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
-def train(task, train_file, validation, holdout, test, out, save_model, init_model, save_state,
+def train(task, train_file, validation, holdout, test, out, save_model, init_model, dump_model, save_state,
           model_kind, dim, ranks,
           levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
           dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, metric, meta, negatives,
@@ -199,7 +204,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
             raise click.UsageError("--init-model continues r and c models; implicit ones start afresh")
         if method in ("als", "mcmc", "sgda"):
             raise click.UsageError(f"--init-model continues --method sgd, adagrad or adam, not {method}")
-        init = model_files.load(init_model)
+        init = model_files.load(init_model, text_ok=True)
         given = click.get_current_context().get_parameter_source("model_kind").name != "DEFAULT"
         model_kind, ranks = continued.settle(init, init_model, task, model_kind if given else None,
                                              (dim,) if dim is not None else ranks)
@@ -214,7 +219,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
     if out and not test:
         raise click.UsageError("--out needs --test FILE")
-    distinct_outputs(out=out, save_model=save_model, rlog=rlog)
+    distinct_outputs(out=out, save_model=save_model, rlog=rlog, dump_model=dump_model)
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     check_variant_options(ctx, model_kind, variant, dependent_rate)
@@ -327,6 +332,11 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                                     rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init)
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model, state=save_state), binary=True)
+        if dump_model:
+            from rafmcli.model import dump
+
+            dump.check_dense(model, dump_model)
+            outputs.write(dump_model, functools.partial(dump.write_text, model))
         if test_data is not None:
             if chain_predictions is not None:  # mcmc: the average over the whole chain
                 predictions, (unseen, distinct) = chain_predictions, kernel_rows(model, test_data)[3:]

@@ -15,7 +15,7 @@ def settle(model, source, task, kind=None, ranks=None):
 
     ``kind`` and ``ranks`` are None when the caller left them to the model.
     """
-    if model.task != task:
+    if model.task is not None and model.task != task:  # None: a libFM text model, task unknown
         raise InputError(f"{source}: a {_TASKS.get(model.task, model.task)} model cannot continue as "
                          f"{_TASKS.get(task, task)} (--task {model.task})")
     if kind is not None and kind != model.kind:
@@ -23,4 +23,5 @@ def settle(model, source, task, kind=None, ranks=None):
     if ranks is not None and tuple(ranks) != tuple(model.ranks):
         shown = ",".join(map(str, model.ranks))
         raise InputError(f"{source}: its ranks are {shown}, not {','.join(map(str, ranks))} (--ranks {shown})")
+    model.task = task
     return model.kind, tuple(model.ranks)

@@ -107,3 +107,49 @@ def write_json(model, fh):
         fh.write(("," if n else "") + f'\n {{"id": {int(model.feature_ids[j])}, '
                  f'"level": {int(model.levels[j])}, "w": {FLOAT % model.w[j]}, "v": [{vs}]}}')
     fh.write("\n]}\n")
+
+
+def read_text(path):
+    """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM).
+
+    Line j of each section is feature id j; every id becomes a feature of
+    level 1. The task and clipping range come from rafm's last line when
+    present; otherwise the task is None (the caller's) and the range empty
+    (the new training data's).
+    """
+    from rafmcli.model.layout import Model, aligned_copy
+
+    sections, name = {}, None
+    try:
+        with open(path, encoding="ascii") as fh:
+            for line_no, line in enumerate(fh, 1):
+                line = line.rstrip("\r\n")
+                if line.startswith("#"):
+                    name = line.split(" level ")[0] if line.startswith("#pairwise") else line
+                    sections[name] = []
+                elif name is None:
+                    raise InputError(f"{path}:{line_no}: not a model file (expected '#global bias W0' or "
+                                     f"'#pairwise interactions Vj,f')")
+                else:
+                    sections[name].append(line)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if "#levels kj" in sections:
+        raise InputError(f"{path}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
+    rows = sections.get("#pairwise interactions Vj,f")
+    if not rows:
+        raise InputError(f"{path}: no '#pairwise interactions Vj,f' section: not a libFM model")
+    try:
+        V = np.array([[float(t) for t in row.split()] for row in rows], dtype=np.float32)
+        w = np.array([float(t) for t in sections.get("#unary interactions Wj", ["0"] * len(rows))],
+                     dtype=np.float32)
+        w0 = float(sections.get("#global bias W0", ["0"])[0])
+    except ValueError as exc:
+        raise InputError(f"{path}: not a number in the model ({exc})") from None
+    if V.ndim != 2 or V.shape[1] == 0 or w.shape[0] != V.shape[0] or not np.all(np.isfinite(V)):
+        raise InputError(f"{path}: damaged libFM model (sections of different lengths or ragged factors)")
+    meta = next((dict(kv.split("=", 1) for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
+    n = V.shape[0]
+    return Model("fm", meta.get("task"), (V.shape[1],), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8),
+                 w0, w, aligned_copy(V.ravel()), float(meta.get("target_min", "inf")),
+                 float(meta.get("target_max", "-inf")))

@@ -98,8 +98,16 @@ def _read_aligned(fh):
     return out
 
 
-def load(path):
-    """Read a model file; refuse unknown format versions and damaged files."""
+def load(path, text_ok=False):
+    """Read a model file; refuse unknown format versions and damaged files.
+
+    ``text_ok``: a file that is not a zip archive is read as libFM's text model
+    (:func:`rafmcli.model.dump.read_text`).
+    """
+    if text_ok and not zipfile.is_zipfile(path):
+        from rafmcli.model.dump import read_text
+
+        return read_text(path)
     try:
         with zipfile.ZipFile(path) as zf:
             header = json.loads(zf.read("model.json"))

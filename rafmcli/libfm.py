@@ -1,0 +1,136 @@
+"""libFM command lines in rafm's terms: ``-task r -train F -dim '1,1,8' ...`` -> ``rafm train`` arguments.
+
+libFM's meaning and defaults (libFM 1.4.4, src/libfm/libfm.cpp): ``-dim
+'k0,k1,k'`` switches the bias and the linear weights and sets the rank
+(default 1,1,8); ``-regular`` is one value for all three or r0,r1,r2
+(default 0); ``-init_stdev`` 0.1; ``-learn_rate`` 0.1; ``-iter`` 100; no
+hold-out and no early stopping; ``-save_model`` and ``-load_model`` are
+text models in libFM's layout. Options are ``-name value`` or
+``--name value``; lists are separated by commas or semicolons.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+# libFM's defaults where they differ from rafm train's (the rest are rafm's, see rafmcli/options.py)
+LIBFM_DEFAULTS = {"dim": "1,1,8", "iter": "100", "learn_rate": "0.1", "init_stdev": "0.1", "regular": "0"}
+STAND_IN = "adagrad"  # trains in place of libFM's default mcmc until rafm has it (no learning rate to pick)
+WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "learn_rate", "regular",
+              "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
+              "cache_size", "relation")
+FLAGS = ("help",)
+METHODS_HERE = ("sgd",)     # libFM methods rafm trains today
+LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
+DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
+          "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
+          "save_model": "--dump-model", "load_model": "--init-model"}
+
+
+class LibfmError(ValueError):
+    """A libFM command line rafm cannot run: the message says why and what to do."""
+
+
+@dataclass
+class Translation:
+    """``rafm train`` arguments for a libFM command line, and one-line notes for stderr."""
+
+    train_args: list
+    notes: list = field(default_factory=list)
+    help: bool = False
+
+
+def split_list(text):
+    return [t for t in re.split(r"[;,]", text.strip().strip("'\"")) if t != ""]
+
+
+def parse(argv):
+    """{name: value} of a libFM argument list; LibfmError for what libFM would not take."""
+    values, k = {}, 0
+    while k < len(argv):
+        token = argv[k]
+        name = token[2:] if token.startswith("--") else token[1:] if token.startswith("-") else None
+        if not name:
+            raise LibfmError(f"{token}: libFM options start with '-' (-task r -train FILE ...)")
+        if name in FLAGS:
+            values[name] = True
+            k += 1
+            continue
+        if name not in WITH_VALUE:
+            raise LibfmError(f"-{name}: not a libFM option (libFM takes {', '.join('-' + n for n in WITH_VALUE)})")
+        if k + 1 >= len(argv):
+            raise LibfmError(f"-{name} needs a value")
+        values[name] = argv[k + 1]
+        k += 2
+    return values
+
+
+def translate(argv):
+    """The ``rafm train`` arguments that run ``libFM argv`` with libFM's meaning."""
+    values = parse(argv)
+    if values.get("help"):
+        return Translation([], help=True)
+    if "relation" in values:
+        raise LibfmError("-relation (libFM's block structure) is not supported: write the related features "
+                         "into each row of the libFM files instead")
+    for required in ("task", "train"):
+        if required not in values:
+            raise LibfmError(f"-{required} is required (libFM: -task r|c -train FILE -test FILE)")
+    if values["task"] not in ("r", "c"):
+        raise LibfmError(f"-task {values['task']}: libFM's tasks are r (regression) and c (classification)")
+    notes = []
+    given = dict(values)
+    values = {**LIBFM_DEFAULTS, **values}
+    method = values.get("method", "mcmc").lower()
+    if method not in LIBFM_METHODS:
+        raise LibfmError(f"-method {method}: libFM's methods are {', '.join(LIBFM_METHODS)}")
+    if method not in METHODS_HERE:
+        if "method" in given:
+            raise LibfmError(f"-method {method} is not available in this rafm yet; -method sgd is "
+                             f"(or rafm train --method adagrad|adam)")
+        notes.append(f"libFM's default -method mcmc is not available in this rafm yet: training with rafm's "
+                     f"{STAND_IN} instead (-method sgd for libFM's SGD)")
+        if "learn_rate" not in given:
+            del values["learn_rate"]  # libFM's 0.1 is for its SGD; the stand-in keeps rafm's default
+    args = ["--task", values["task"], "--model", "fm", "--method", method if method in METHODS_HERE else STAND_IN,
+            "--holdout", "0", "--early-stop", "0"]
+    dim = split_list(values["dim"])
+    if len(dim) != 3 or not all(d.isdigit() for d in dim):
+        raise LibfmError(f"-dim {values['dim']}: expected 'k0,k1,k' (bias 0/1, linear 0/1, rank)")
+    if int(dim[2]) < 1:
+        raise LibfmError(f"-dim {values['dim']}: rafm needs a rank of at least 1")
+    args += ["--bias" if int(dim[0]) else "--no-bias", "--linear" if int(dim[1]) else "--no-linear",
+             "--dim", dim[2]]
+    reg = split_list(values["regular"])
+    if len(reg) == 1:
+        reg = reg * 3
+    if len(reg) != 3:
+        raise LibfmError(f"-regular {values['regular']}: expected one value or r0,r1,r2")
+    args += ["--regular", ",".join(reg)]
+    rates = split_list(values.get("learn_rate", "0"))
+    if len(rates) not in (1, 3):
+        raise LibfmError(f"-learn_rate {values['learn_rate']}: expected one value or three")
+    if len(set(rates)) > 1:
+        raise LibfmError(f"-learn_rate {values['learn_rate']}: rafm has one learning rate for bias, linear and "
+                         f"pairwise parameters; give one value")
+    if "learn_rate" in values:
+        args += ["--learn-rate", rates[0]]
+    for name, option in DIRECT.items():
+        if name in values:
+            args += [option, values[name]]
+    if "validation" in given:
+        notes.append("-validation: rafm reports its metrics each iteration and keeps the best iteration")
+    if "meta" in given:
+        notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
+    if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
+        raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
+    if "cache_size" in given and not given["cache_size"].isdigit():
+        raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
+    return Translation(args, notes)
+
+
+def looks_like_libfm(args):
+    """The first single-dash libFM option among ``args`` (``-task``), or None."""
+    for token in args:
+        if token.startswith("-") and not token.startswith("--") and token[1:] in WITH_VALUE + FLAGS:
+            return token
+    return None

@@ -1,0 +1,124 @@
+"""`rafm libfm`: the command lines of libFM's manual and README on the shipped samples, libFM's
+meaning of each option, libFM's text models both ways, and `rafm train` answering libFM spellings.
+
+The manual's examples use -iter 1000 on MovieLens; here they run on data_samples/ with -iter 5.
+"""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli.cli import main
+from rafmcli.libfm import LibfmError, translate
+from rafmcli.model import files as model_files
+
+
+def run(args):
+    return CliRunner().invoke(main, args)
+
+
+@pytest.fixture
+def files(sample, tmp_path):
+    return {"rtrain": sample("regression.train"), "rtest": sample("regression.test"),
+            "rval": sample("regression.validation"), "ctrain": sample("classification.train"),
+            "ctest": sample("classification.test"), "tmp": tmp_path}
+
+
+# libFM manual, section 3 (ml1m-train.libfm -> regression.train, ...); -iter 1000 -> -iter 5
+MANUAL = [
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -out {tmp}/p.txt", None),
+    ("-task c -train {ctrain} -test {ctest} -dim '1,1,8' -iter 5 -out {tmp}/p.txt", None),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgd -learn_rate 0.01 "
+     "-regular '0,0,0.01' -init_stdev 0.1 -out {tmp}/p.txt", None),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method als -regular '0,0,10' -init_stdev 0.1",
+     "-method als is not available"),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method mcmc -init_stdev 0.1",
+     "-method mcmc is not available"),
+    ("-task r -train {rtrain} -test {rtest} -validation {rval} -dim '1,1,8' -iter 5 -method sgda "
+     "-learn_rate 0.01 -init_stdev 0.1", "-method sgda is not available"),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgd -learn_rate 0.01 "
+     "-rlog {tmp}/log.tsv -out {tmp}/p.txt -seed 3 -verbosity 1 -cache_size 100000", None),
+    ("-task r -train {rtrain} -test {rtest} -relation {tmp}/rel", "-relation"),
+]
+
+
+@pytest.mark.parametrize("line,refusal", MANUAL)
+def test_manual_command_lines(files, line, refusal):
+    import shlex
+
+    result = run(["libfm", *shlex.split(line.format(**files))])
+    if refusal:
+        assert result.exit_code == 2 and refusal in result.output
+        assert list(files["tmp"].iterdir()) == []
+        return
+    assert result.exit_code == 0, result.output
+    predictions = np.loadtxt(files["tmp"] / "p.txt")
+    assert predictions.shape == (600,) and np.all(np.isfinite(predictions))
+    if "-task c" in line:
+        assert predictions.min() >= 0 and predictions.max() <= 1
+    if "-method" not in line:
+        assert "mcmc is not available" in result.stderr and "adagrad" in result.stderr
+
+
+def test_libfm_meaning_of_each_option():
+    args = translate(["-task", "c", "-train", "t", "-dim", "0;1;4", "-regular", "0.5", "-learn_rate", "0.2",
+                      "-method", "sgd", "--iter", "7", "-save_model", "m.txt", "-load_model", "old.txt"]).train_args
+    pairs = dict(zip(args[::2], args[1::2]))
+    assert {"--no-bias", "--linear"} <= set(args)
+    assert (pairs["--dim"], pairs["--regular"], pairs["--learn-rate"], pairs["--iter"]) == ("4", "0.5,0.5,0.5",
+                                                                                           "0.2", "7")
+    assert (pairs["--method"], pairs["--holdout"], pairs["--early-stop"], pairs["--init-stdev"]) == (
+        "sgd", "0", "0", "0.1")
+    assert (pairs["--dump-model"], pairs["--init-model"]) == ("m.txt", "old.txt")
+    defaults = translate(["-task", "r", "-train", "t", "-method", "sgd"]).train_args
+    pairs = dict(zip(defaults[::2], defaults[1::2]))
+    assert (pairs["--dim"], pairs["--regular"], pairs["--learn-rate"], pairs["--iter"]) == ("8", "0,0,0", "0.1", "100")
+    for bad, words in ((["-dim", "1,1"], "k0,k1,k"), (["-regular", "1,2"], "one value or r0,r1,r2"),
+                       (["-learn_rate", "0.1,0.2,0.3"], "one learning rate"), (["-task", "x"], "tasks are r"),
+                       (["-frobnicate", "1"], "not a libFM option"), (["-iter"], "needs a value")):
+        with pytest.raises(LibfmError, match=words):
+            translate(["-task", "r", "-train", "t", *bad])
+
+
+def test_no_bias_no_linear_model(files):
+    saved = files["tmp"] / "m.txt"
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-dim", "0,0,4", "-iter", "3", "-method", "sgd",
+                  "-learn_rate", "0.01", "-save_model", str(saved)])
+    assert result.exit_code == 0, result.output
+    model = model_files.load(str(saved), text_ok=True)
+    assert model.w0 == 0 and not np.any(model.w) and model.ranks == (4,)
+
+
+def test_save_model_is_libfm_text_and_load_model_continues(files):
+    tmp = files["tmp"]
+    common = ["-task", "r", "-test", files["rtest"], "-dim", "1,1,4", "-method", "sgd", "-learn_rate", "0.01"]
+    assert run(["libfm", *common, "-train", files["rtrain"], "-iter", "4", "-save_model", str(tmp / "a.txt"),
+                "-out", str(tmp / "a.pred")]).exit_code == 0
+    text = (tmp / "a.txt").read_text().split("\n")
+    assert text[0] == "#global bias W0" and text[2] == "#unary interactions Wj"
+    assert "#pairwise interactions Vj,f" in text
+    # what libFM itself writes: no rafm line at the end, read as an FM of the same predictions
+    libfm_only = tmp / "libfm.txt"
+    libfm_only.write_text("\n".join(line for line in text if not line.startswith("#rafm")))
+    again = run(["libfm", *common, "-train", files["rval"], "-iter", "1", "-learn_rate", "1e-12",
+                 "-load_model", str(libfm_only), "-out", str(tmp / "b.pred")])
+    assert again.exit_code == 0, again.output
+    np.testing.assert_allclose(np.loadtxt(tmp / "b.pred"), np.loadtxt(tmp / "a.pred"), atol=1e-4)
+    wrong_task = run(["libfm", "-task", "c", "-train", files["ctrain"], "-load_model", str(tmp / "a.txt")])
+    assert wrong_task.exit_code == 2 and "cannot continue as classification" in wrong_task.output
+
+
+def test_meta_is_accepted_with_a_note(files, tmp_path):
+    meta = tmp_path / "groups.meta"
+    meta.write_text("0\n")
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-meta", str(meta), "-method", "sgd",
+                  "-learn_rate", "0.01", "-iter", "2"])
+    assert result.exit_code == 0 and "-meta" in result.stderr
+
+
+def test_rafm_train_answers_a_libfm_spelling(files):
+    result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
+    assert result.exit_code == 2
+    line = next(line for line in result.output.splitlines() if "libFM's spelling" in line)
+    assert line.startswith("Error: -task is libFM's spelling: run `rafm libfm -task r -train")
+    assert "`rafm train --task r --model fm" in line and "--dim 8" in line

@@ -41,11 +41,12 @@ def main():
 from rafmcli.cli.dump import dump  # noqa: E402  (commands register on main)
 from rafmcli.cli.embed import embed  # noqa: E402
 from rafmcli.cli.libfm import libfm  # noqa: E402
+from rafmcli.cli.plot import plot  # noqa: E402
 from rafmcli.cli.predict import predict  # noqa: E402
 from rafmcli.cli.recommend import recommend  # noqa: E402
 from rafmcli.cli.similar import similar  # noqa: E402
 from rafmcli.cli.stats import stats  # noqa: E402
 from rafmcli.cli.train import train  # noqa: E402
 
-for _command in (train, predict, recommend, embed, similar, stats, dump, libfm):
+for _command in (train, predict, recommend, embed, similar, stats, dump, libfm, plot):
     main.add_command(_command)

@@ -1,12 +1,14 @@
 """`rafm stats`: rows, features, labels, histogram and what each model costs."""
 
 import json
+import os
 import sys
 
 import click
 
 from rafmcli import __version__
-from rafmcli.cli.options import RANKS, no_cache_option
+from rafmcli.cli.options import BINARY_OUTPUT, RANKS, no_cache_option
+from rafmcli.cli.plot import image_path
 
 
 @click.command()
@@ -15,8 +17,11 @@ from rafmcli.cli.options import RANKS, no_cache_option
               help="Rank set D_1<...<D_m whose levels, sizes and costs to report.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object ({\"files\": [...]}) instead of the report.")
+@click.option("--plot", "plot_path", type=BINARY_OUTPUT, callback=image_path,
+              help="Also draw the feature-frequency histogram (log-log, the level boundaries of --ranks "
+                   "marked) into this .png, .svg or .pdf file; needs matplotlib.")
 @no_cache_option
-def stats(files, ranks, as_json, no_cache):
+def stats(files, ranks, as_json, plot_path, no_cache):
     """Rows, features, labels, the feature-occurrence histogram and, for a
     rank set, each level's features and the size and per-row cost of FM(D_m),
     DiFacto and RaFM.
@@ -29,8 +34,12 @@ def stats(files, ranks, as_json, no_cache):
         check_target(STDOUT)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    reports = [file_stats(read_dataset(f, use_cache=not no_cache, progress=True), ranks)
-               for f in files]
+    if plot_path:
+        from rafmcli.plots import figure_class
+
+        figure_class()  # matplotlib or exit 2, before reading anything
+    datasets = [read_dataset(f, use_cache=not no_cache, progress=True) for f in files]
+    reports = [file_stats(data, ranks) for data in datasets]
     if as_json:
         text = json.dumps({"rafm_version": __version__, "files": reports}, indent=1)
     else:
@@ -39,3 +48,10 @@ def stats(files, ranks, as_json, no_cache):
         text = "\n\n".join(render_text(r, bar) for r in reports)
     with Outputs() as outputs:
         outputs.write(STDOUT, lambda fh: fh.write(text + "\n"))
+        if plot_path:
+            import functools
+
+            from rafmcli.plots import frequency_figure, image_format, write
+
+            fig = frequency_figure([(os.path.basename(f), d.counts) for f, d in zip(files, datasets)], ranks)
+            outputs.write(plot_path, functools.partial(write, fig, fmt=image_format(plot_path)), binary=True)

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 
 # libFM's defaults where they differ from rafm train's (the rest are rafm's, see rafmcli/options.py)
 LIBFM_DEFAULTS = {"dim": "1,1,8", "iter": "100", "learn_rate": "0.1", "init_stdev": "0.1", "regular": "0"}
-STAND_IN = "adagrad"  # trains in place of libFM's default mcmc until rafm has it (no learning rate to pick)
 WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "learn_rate", "regular",
               "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
               "cache_size", "relation")
 FLAGS = ("help",)
-METHODS_HERE = ("sgd",)     # libFM methods rafm trains today
+METHODS_HERE = ("sgd", "als", "mcmc")  # libFM methods rafm trains today (not sgda)
 LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
 DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
           "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
@@ -84,15 +83,11 @@ def translate(argv):
     if method not in LIBFM_METHODS:
         raise LibfmError(f"-method {method}: libFM's methods are {', '.join(LIBFM_METHODS)}")
     if method not in METHODS_HERE:
-        if "method" in given:
-            raise LibfmError(f"-method {method} is not available in this rafm yet; -method sgd is "
-                             f"(or rafm train --method adagrad|adam)")
-        notes.append(f"libFM's default -method mcmc is not available in this rafm yet: training with rafm's "
-                     f"{STAND_IN} instead (-method sgd for libFM's SGD)")
-        if "learn_rate" not in given:
-            del values["learn_rate"]  # libFM's 0.1 is for its SGD; the stand-in keeps rafm's default
-    args = ["--task", values["task"], "--model", "fm", "--method", method if method in METHODS_HERE else STAND_IN,
-            "--holdout", "0", "--early-stop", "0"]
+        raise LibfmError(f"-method {method} is not available in this rafm yet; -method {', '.join(METHODS_HERE)} "
+                         f"are (or rafm train --method adagrad|adam)")
+    args = ["--task", values["task"], "--model", "fm", "--method", method, "--holdout", "0"]
+    if method != "mcmc":
+        args += ["--early-stop", "0"]
     dim = split_list(values["dim"])
     if len(dim) != 3 or not all(d.isdigit() for d in dim):
         raise LibfmError(f"-dim {values['dim']}: expected 'k0,k1,k' (bias 0/1, linear 0/1, rank)")
@@ -103,24 +98,42 @@ def translate(argv):
     reg = split_list(values["regular"])
     if len(reg) == 1:
         reg = reg * 3
-    if len(reg) != 3:
-        raise LibfmError(f"-regular {values['regular']}: expected one value or r0,r1,r2")
-    args += ["--regular", ",".join(reg)]
-    rates = split_list(values.get("learn_rate", "0"))
-    if len(rates) not in (1, 3):
-        raise LibfmError(f"-learn_rate {values['learn_rate']}: expected one value or three")
-    if len(set(rates)) > 1:
-        raise LibfmError(f"-learn_rate {values['learn_rate']}: rafm has one learning rate for bias, linear and "
-                         f"pairwise parameters; give one value")
-    if "learn_rate" in values:
+    if len(reg) != 3 and not (method == "als" and "meta" in given):
+        raise LibfmError(f"-regular {values['regular']}: expected one value or r0,r1,r2"
+                         + (" (or r0,r1_1..r1_G,r2_1..r2_G with -meta)" if method == "als" else ""))
+    if method == "mcmc":
+        if "regular" in given:
+            notes.append("-regular: MCMC samples its regularisation from hyperpriors; the values are not used")
+    elif method == "als" and "regular" not in given:
+        pass  # rafm's ALS defaults (libFM's manual: -regular '0,0,10' and the like)
+    else:
+        args += ["--regular", ",".join(reg)]
+    if method == "sgd":
+        rates = split_list(values["learn_rate"])
+        if len(rates) not in (1, 3):
+            raise LibfmError(f"-learn_rate {values['learn_rate']}: expected one value or three")
+        if len(set(rates)) > 1:
+            raise LibfmError(f"-learn_rate {values['learn_rate']}: rafm has one learning rate for bias, linear "
+                             f"and pairwise parameters; give one value")
         args += ["--learn-rate", rates[0]]
+    elif "learn_rate" in given:
+        notes.append(f"-learn_rate: -method {method} has no learning rate; the value is not used")
+    if method == "mcmc":
+        for name in ("save_model", "load_model"):
+            if name in given:
+                raise LibfmError(f"-{name}: libFM's text model holds one sample, an MCMC model all of them: "
+                                 f"use rafm train --method mcmc --save-model FILE (libFM ignores -{name} with mcmc)")
+    if "meta" in given:
+        if method == "sgd":
+            notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
+        else:
+            args += ["--meta", given["meta"]]
     for name, option in DIRECT.items():
         if name in values:
             args += [option, values[name]]
     if "validation" in given:
-        notes.append("-validation: rafm reports its metrics each iteration and keeps the best iteration")
-    if "meta" in given:
-        notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
+        notes.append("-validation: rafm reports its metrics each iteration"
+                     + (" and keeps the best iteration" if method != "mcmc" else ""))
     if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
         raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
     if "cache_size" in given and not given["cache_size"].isdigit():

@@ -30,10 +30,11 @@ MANUAL = [
     ("-task c -train {ctrain} -test {ctest} -dim '1,1,8' -iter 5 -out {tmp}/p.txt", None),
     ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgd -learn_rate 0.01 "
      "-regular '0,0,0.01' -init_stdev 0.1 -out {tmp}/p.txt", None),
-    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method als -regular '0,0,10' -init_stdev 0.1",
-     "-method als is not available"),
-    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method mcmc -init_stdev 0.1",
-     "-method mcmc is not available"),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method als -regular '0,0,10' -init_stdev 0.1 "
+     "-out {tmp}/p.txt", None),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method mcmc -init_stdev 0.1 -out {tmp}/p.txt", None),
+    ("-task c -train {ctrain} -test {ctest} -dim '1,1,8' -iter 5 -method mcmc -out {tmp}/p.txt -save_model {tmp}/m",
+     "an MCMC model all of them"),
     ("-task r -train {rtrain} -test {rtest} -validation {rval} -dim '1,1,8' -iter 5 -method sgda "
      "-learn_rate 0.01 -init_stdev 0.1", "-method sgda is not available"),
     ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgd -learn_rate 0.01 "
@@ -56,8 +57,8 @@ def test_manual_command_lines(files, line, refusal):
     assert predictions.shape == (600,) and np.all(np.isfinite(predictions))
     if "-task c" in line:
         assert predictions.min() >= 0 and predictions.max() <= 1
-    if "-method" not in line:
-        assert "mcmc is not available" in result.stderr and "adagrad" in result.stderr
+    if "-method" not in line:  # libFM's default
+        assert "mcmc" in result.stderr
 
 
 def test_libfm_meaning_of_each_option():

@@ -325,8 +325,13 @@ class _FMEstimator:
         def echo(message):
             print(message, file=sys.stderr)
 
+        extra = {"init": init}
         if opts.method in ("als", "mcmc"):
             from rafmcli.solvers.coordinate import train as coordinate_train
+
+            if init is not None:
+                raise ValueError(f"warm_start continues method sgd, adagrad or adam, not {opts.method}")
+            extra = {}
 
             def train(*args, **kwargs):
                 result = coordinate_train(*args, **kwargs)
@@ -334,7 +339,7 @@ class _FMEstimator:
 
         model, history = _checked(lambda: train(
             data, opts, validation=valid, levels_override=self._levels_override(len(opts.ranks)),
-            quiet=not self.verbose, progress=self.verbose, echo=echo, init=init))
+            quiet=not self.verbose, progress=self.verbose, echo=echo, **extra))
         self._keep(model, n_cols)
         self.history_ = history
         return self

@@ -326,6 +326,8 @@ class _FMEstimator:
             print(message, file=sys.stderr)
 
         extra = {"init": init}
+        if init is not None and opts.method == "sgda":
+            raise ValueError("warm_start continues method sgd, adagrad or adam, not sgda")
         if opts.method in ("als", "mcmc"):
             from rafmcli.solvers.coordinate import train as coordinate_train
 

@@ -18,7 +18,6 @@ WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "l
               "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
               "cache_size", "relation")
 FLAGS = ("help",)
-METHODS_HERE = ("sgd", "als", "mcmc")  # libFM methods rafm trains today (not sgda)
 LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
 DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
           "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
@@ -82,9 +81,6 @@ def translate(argv):
     method = values.get("method", "mcmc").lower()
     if method not in LIBFM_METHODS:
         raise LibfmError(f"-method {method}: libFM's methods are {', '.join(LIBFM_METHODS)}")
-    if method not in METHODS_HERE:
-        raise LibfmError(f"-method {method} is not available in this rafm yet; -method {', '.join(METHODS_HERE)} "
-                         f"are (or rafm train --method adagrad|adam)")
     args = ["--task", values["task"], "--model", "fm", "--method", method, "--holdout", "0"]
     if method != "mcmc":
         args += ["--early-stop", "0"]
@@ -101,14 +97,16 @@ def translate(argv):
     if len(reg) != 3 and not (method == "als" and "meta" in given):
         raise LibfmError(f"-regular {values['regular']}: expected one value or r0,r1,r2"
                          + (" (or r0,r1_1..r1_G,r2_1..r2_G with -meta)" if method == "als" else ""))
-    if method == "mcmc":
+    if method == "sgda" and "validation" not in given:
+        raise LibfmError("-method sgda learns its regularisation on -validation FILE: give one (libFM needs it too)")
+    if method in ("mcmc", "sgda"):
         if "regular" in given:
-            notes.append("-regular: MCMC samples its regularisation from hyperpriors; the values are not used")
+            notes.append(f"-regular: {method} learns its regularisation; the values are not used")
     elif method == "als" and "regular" not in given:
         pass  # rafm's ALS defaults (libFM's manual: -regular '0,0,10' and the like)
     else:
         args += ["--regular", ",".join(reg)]
-    if method == "sgd":
+    if method in ("sgd", "sgda"):
         rates = split_list(values["learn_rate"])
         if len(rates) not in (1, 3):
             raise LibfmError(f"-learn_rate {values['learn_rate']}: expected one value or three")

@@ -36,7 +36,8 @@ MANUAL = [
     ("-task c -train {ctrain} -test {ctest} -dim '1,1,8' -iter 5 -method mcmc -out {tmp}/p.txt -save_model {tmp}/m",
      "an MCMC model all of them"),
     ("-task r -train {rtrain} -test {rtest} -validation {rval} -dim '1,1,8' -iter 5 -method sgda "
-     "-learn_rate 0.01 -init_stdev 0.1", "-method sgda is not available"),
+     "-learn_rate 0.01 -init_stdev 0.1 -out {tmp}/p.txt", None),
+    ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgda", "learns its regularisation on"),
     ("-task r -train {rtrain} -test {rtest} -dim '1,1,8' -iter 5 -method sgd -learn_rate 0.01 "
      "-rlog {tmp}/log.tsv -out {tmp}/p.txt -seed 3 -verbosity 1 -cache_size 100000", None),
     ("-task r -train {rtrain} -test {rtest} -relation {tmp}/rel", "-relation"),
@@ -78,7 +79,7 @@ def test_libfm_meaning_of_each_option():
                        (["-learn_rate", "0.1,0.2,0.3"], "one learning rate"), (["-task", "x"], "tasks are r"),
                        (["-frobnicate", "1"], "not a libFM option"), (["-iter"], "needs a value")):
         with pytest.raises(LibfmError, match=words):
-            translate(["-task", "r", "-train", "t", *bad])
+            translate(["-task", "r", "-train", "t", "-method", "sgd", *bad])
 
 
 def test_no_bias_no_linear_model(files):
@@ -105,7 +106,8 @@ def test_save_model_is_libfm_text_and_load_model_continues(files):
                  "-load_model", str(libfm_only), "-out", str(tmp / "b.pred")])
     assert again.exit_code == 0, again.output
     np.testing.assert_allclose(np.loadtxt(tmp / "b.pred"), np.loadtxt(tmp / "a.pred"), atol=1e-4)
-    wrong_task = run(["libfm", "-task", "c", "-train", files["ctrain"], "-load_model", str(tmp / "a.txt")])
+    wrong_task = run(["libfm", "-task", "c", "-method", "sgd", "-train", files["ctrain"], "-load_model",
+                      str(tmp / "a.txt")])
     assert wrong_task.exit_code == 2 and "cannot continue as classification" in wrong_task.output
 
 

@@ -8,7 +8,7 @@ LIBFM_HELP = """Run a libFM command line: rafm libfm -task r -train FILE -test F
 
 libFM's options and defaults: -task r|c, -train, -test, -validation,
 -dim 'k0,k1,k' (bias, linear, rank; 1,1,8), -iter (100), -method
-sgd|als|mcmc (mcmc; sgda is refused until rafm has it), -learn_rate (0.1, sgd), -regular (r or r0,r1,r2; 0), -init_stdev
+sgd|sgda|als|mcmc (mcmc; sgda needs -validation), -learn_rate (0.1, sgd), -regular (r or r0,r1,r2; 0), -init_stdev
 (0.1), -meta, -out, -rlog, -save_model (text, libFM's layout),
 -load_model (libFM's text or a rafm model), -seed, -verbosity, -cache_size
 (accepted, not needed). -relation is refused. See man rafm-libfm.

@@ -236,33 +236,43 @@ def click_task(binary):
 
 
 def samples():
-    """Test RMSE of the average of K evenly spaced kept samples against the whole chain's."""
+    """Test RMSE of the saved model keeping K samples (stretch means, or thinned draws) against the
+    whole chain's average."""
     from rafmcli.io.reader import read_dataset
     from rafmcli.model import files as model_files
+    from rafmcli.model.layout import aligned_copy
     from rafmcli.predict import predict_dataset
     from rafmcli.solvers.coordinate import kept_iterations
 
     paths = files("ids")
     test = read_dataset(paths["test"])
-    print(f"--keep-samples K: FM rank 32, MCMC {ITERS} iterations (burn-in {ITERS // 10}), ml-100k u1 ids")
-    print(f"{'K':>5}{'test RMSE':>11}{'model file':>13}")
+    burn_in = ITERS // 10
+    print(f"--keep-samples K: FM rank 32, MCMC {ITERS} iterations (burn-in {burn_in}), ml-100k u1 ids")
+    print(f"{'K':>5}{'means: RMSE':>13}{'draws: RMSE':>13}{'model file':>12}")
     with tempfile.TemporaryDirectory() as tmp:
-        everything = ITERS - ITERS // 10
+        everything = ITERS - burn_in
         chain, _ = rafm("ids", "--model", "fm", "--dim", 32, "--method", "mcmc", "--iter", ITERS,
-                        "--keep-samples", everything, "--save-model", os.path.join(tmp, "all.rafm"))
+                        "--keep-draws", "--keep-samples", everything, "--save-model", os.path.join(tmp, "all.rafm"))
         model = model_files.load(os.path.join(tmp, "all.rafm"))
-        chain_samples = list(model.samples)
-        iterations = sorted(kept_iterations(ITERS, ITERS // 10, everything))
-        for K in (1, 2, 5, 10, 20, 50, everything):
-            keep = kept_iterations(ITERS, ITERS // 10, K)
-            model.samples = [s for it, s in zip(iterations, chain_samples) if it in keep]
-            model.w0, model.w, model.V = model.samples[-1]
-            path = os.path.join(tmp, f"k{K}.rafm")
-            model_files.save(model, path)
-            kept = model_files.load(path)
-            print(f"{K:>5}{rmse('ids', predict_dataset(kept, test).values):>11.4f}"
-                  f"{os.path.getsize(path) / 1e6:>10.2f} MB", flush=True)
-        print(f"chain{rmse('ids', chain):>11.4f}  (rafm train --test: all {everything} samples)")
+        draws = list(model.samples)
+        for K in (1, 2, 5, 10, 20, 50):
+            ends = sorted(kept_iterations(ITERS, burn_in, K))
+            starts = [burn_in] + ends[:-1]
+            shown = []
+            for kind in ("means", "draws"):
+                if kind == "draws":
+                    model.samples = [draws[end - burn_in - 1] for end in ends]
+                else:
+                    model.samples = [tuple(np.mean([d[k] for d in draws[a - burn_in:b - burn_in]], axis=0)
+                                           for k in range(3)) for a, b in zip(starts, ends)]
+                    model.samples = [(float(w0), w.astype(np.float32), aligned_copy(V.astype(np.float32)))
+                                     for w0, w, V in model.samples]
+                model.w0, model.w, model.V = model.samples[-1]
+                path = os.path.join(tmp, f"{kind}{K}.rafm")
+                model_files.save(model, path)
+                shown.append(rmse("ids", predict_dataset(model_files.load(path), test).values))
+            print(f"{K:>5}{shown[0]:>13.4f}{shown[1]:>13.4f}{os.path.getsize(path) / 1e6:>9.2f} MB", flush=True)
+        print(f"chain: {rmse('ids', chain):.4f} (rafm train --test: the average of all {everything} samples)")
 
 
 @click.command()

@@ -39,6 +39,7 @@ class Options:
     holdout: float = 0.1
     burn_in: int | None = None   # mcmc; None: iters // 10 (burn_in_default)
     keep_samples: int = 10
+    keep_means: bool = True      # mcmc: kept samples are stretch means (False: draws)
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -70,12 +71,13 @@ METHOD_DEFAULTS = {
 # Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.
 _SGD_ONLY = ("learn_rate", "dependent_rate", "variant", "dependent_weight")
 METHOD_IGNORES = {
-    "sgd": ("burn_in", "keep_samples"),
-    "adagrad": ("burn_in", "keep_samples"),
-    "adam": ("burn_in", "keep_samples"),
-    "als": _SGD_ONLY + ("burn_in", "keep_samples"),
+    "sgd": ("burn_in", "keep_samples", "keep_means"),
+    "adagrad": ("burn_in", "keep_samples", "keep_means"),
+    "adam": ("burn_in", "keep_samples", "keep_means"),
+    "als": _SGD_ONLY + ("burn_in", "keep_samples", "keep_means"),
     "mcmc": _SGD_ONLY + ("regular", "early_stop"),
-    "sgda": ("dependent_rate", "variant", "dependent_weight", "regular", "burn_in", "keep_samples"),
+    "sgda": ("dependent_rate", "variant", "dependent_weight", "regular", "burn_in", "keep_samples",
+             "keep_means"),
 }
 
 

@@ -60,12 +60,12 @@ def _sample_margins(model, rows):
 
 def margin_rows(model, rows):
     """Raw scores y(x) = w0 + Sum w_i x_i + pairwise part for rows in ``kernel_rows`` form
-    (an MCMC model: their mean over its kept draws)."""
+    (an MCMC model: their mean over its kept samples)."""
     return _mean(_sample_margins(model, rows))
 
 
 def predict_rows(model, rows):
-    """Predictions for rows already in ``kernel_rows`` form: an MCMC model averages its draws' predictions."""
+    """Predictions for rows already in ``kernel_rows`` form: an MCMC model averages its samples' predictions."""
     return _mean(finish(model, s) for s in _sample_margins(model, rows))
 
 

@@ -170,3 +170,18 @@ def test_api_mcmc_classifier_matches_the_cli(tmp_path, sample):
                sample("classification.test")).exit_code == 0
     expected = np.loadtxt(tmp_path / "p.txt")
     np.testing.assert_allclose(est.predict_proba(test)[:, 1], expected, rtol=1e-6)
+
+
+def test_kept_means_are_the_means_of_the_chain_stretches(tmp_path, sample):
+    """--keep-means K keeps, for K equal stretches after the burn-in, the mean of their draws
+    (the same chain kept whole with --keep-draws gives the stretches)."""
+    common = ["train", "--task", "r", "--train", sample("regression.train"), "--method", "mcmc", "--model",
+              "rafm", "--ranks", "2,4", "--iter", 10, "--burn-in", 4, "--quiet", "--save-model"]
+    assert run(*common, tmp_path / "draws.rafm", "--keep-draws", "--keep-samples", 6).exit_code == 0
+    assert run(*common, tmp_path / "means.rafm", "--keep-samples", 2).exit_code == 0
+    draws = model_files.load(str(tmp_path / "draws.rafm")).samples
+    means = model_files.load(str(tmp_path / "means.rafm")).samples
+    assert len(draws) == 6 and len(means) == 2
+    for kept, stretch in zip(means, (draws[:3], draws[3:])):
+        for k in range(3):
+            np.testing.assert_allclose(kept[k], np.mean([d[k] for d in stretch], axis=0), rtol=1e-5, atol=1e-6)

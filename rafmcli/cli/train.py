@@ -47,7 +47,7 @@ def check_method_options(ctx, method):
                    "sgda": "SGDA learns its regularisation, from 0, on the validation rows and trains every "
                            "parameter on the model's loss",
                    "als": "ALS takes each coordinate's exact minimiser and keeps one model"}.get(
-                method, "--burn-in and --keep-samples are for --method mcmc")
+                method, "--burn-in, --keep-samples and --keep-means/--keep-draws are for --method mcmc")
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
 
 
@@ -109,8 +109,11 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--burn-in", type=click.IntRange(0),
               help="mcmc: samples drawn before the average starts.  [default: --iter/10]")
 @click.option("--keep-samples", type=click.IntRange(1), default=D.keep_samples, show_default=True,
-              help="mcmc: samples kept in the --save-model file, evenly spaced after the burn-in; the "
-                   "file grows by a model's size for each.")
+              help="mcmc: samples the --save-model file keeps, one for each of K equal stretches of the chain "
+                   "after the burn-in; the file grows by a model's size for each.")
+@click.option("--keep-means/--keep-draws", default=D.keep_means, show_default=True,
+              help="mcmc: keep each stretch's mean (as accurate as the whole chain with 10 of them) or its "
+                   "last draw (thinning: far more are needed).")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
 @click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
@@ -175,10 +178,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "- for stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
-def train(task, train_file, validation, holdout, test, out, save_model, init_model, dump_model, save_state,
-          model_kind, dim, ranks,
-          levels_file, method, burn_in, keep_samples, iters, learn_rate, dependent_rate, variant,
-          dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop, metric, meta, negatives,
+>>>>>>> de3aeec (MCMC model files keep the means of K stretches of the chain (--keep-means, default; --keep-draws thins): ten predict as well as the whole chain; bench: kept samples table)
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
@@ -299,8 +299,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
-                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, metric=metric, burn_in=burn_in,
-                   keep_samples=keep_samples,
+>>>>>>> de3aeec (MCMC model files keep the means of K stretches of the chain (--keep-means, default; --keep-draws thins): ten predict as well as the whole chain; bench: kept samples table)
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
                    eval_group=eval_group, top_k=top_k)

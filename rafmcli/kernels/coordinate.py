@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 BLOCK = 8  # coordinates of one feature updated from one pass over its rows
-LOCAL_ROWS = 4096  # default: rows of a feature gathered into per-thread buffers
+LOCAL_ROWS = 1 << 20  # features with at most this many rows are gathered into per-thread buffers
 SERIAL = 64  # colour of features that could not be coloured: updated one by one
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

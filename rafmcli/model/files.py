@@ -5,10 +5,10 @@ feature), ``levels`` (k_i), ``w`` and ``V``; implicit models add their group
 values (:class:`rafmcli.model.vocabulary.Vocabulary`). No pickle is involved.
 
 Version 2 adds ``link`` (classification: ``logit`` or ``probit``) and
-``samples``: an MCMC model keeps K draws of the chain, the last as ``w0``,
-``w`` and ``V`` and the K-1 others as rows of ``sample_w0`` [K-1],
-``sample_w`` [K-1, features] and ``sample_V`` [K-1, factors]; it predicts
-the mean of the K draws' predictions. Version 1 files (no link: logit, one
+``samples``: an MCMC model keeps K samples of its chain (means of stretches
+of it, or draws), the last as ``w0``, ``w`` and ``V`` and the K-1 others as
+rows of ``sample_w0`` [K-1], ``sample_w`` [K-1, features] and ``sample_V``
+[K-1, factors]; it predicts the mean of the K samples' predictions. Version 1 files (no link: logit, one
 draw) still load.
 """
 

@@ -172,7 +172,8 @@ class _FMEstimator:
     def __init__(self, model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
->>>>>>> de3aeec (MCMC model files keep the means of K stretches of the chain (--keep-means, default; --keep-draws thins): ten predict as well as the whole chain; bench: kept samples table)
+                 metric=None, holdout=None, burn_in=None, keep_samples=None, keep_means=None, beta1=None,
+                 beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
         self.model = model
         self.ranks = ranks
         self.method = method

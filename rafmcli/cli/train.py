@@ -178,7 +178,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "- for stdout.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary on stderr.")
 @no_cache_option
->>>>>>> de3aeec (MCMC model files keep the means of K stretches of the chain (--keep-means, default; --keep-draws thins): ten predict as well as the whole chain; bench: kept samples table)
+def train(task, train_file, validation, holdout, test, out, save_model, init_model, dump_model, save_state,
+          model_kind, dim, ranks, levels_file, method, burn_in, keep_samples, keep_means, iters, learn_rate,
+          dependent_rate, variant, dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop,
+          metric, meta, negatives,
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
@@ -299,7 +302,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
->>>>>>> de3aeec (MCMC model files keep the means of K stretches of the chain (--keep-means, default; --keep-draws thins): ten predict as well as the whole chain; bench: kept samples table)
+                   seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, metric=metric, burn_in=burn_in,
+                   keep_samples=keep_samples, keep_means=keep_means,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
                    eval_group=eval_group, top_k=top_k)

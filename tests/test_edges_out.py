@@ -17,6 +17,7 @@ import threading
 import time
 import zipfile
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -329,3 +330,55 @@ def test_model_file_is_a_plain_zip(tmp_path, sample):
     with zipfile.ZipFile(tmp_path / "m.rafm") as zf:
         assert zf.testzip() is None
         assert sorted(zf.namelist()) == ["V.npy", "feature_ids.npy", "levels.npy", "model.json", "w.npy"]
+
+
+# class 9: every float option finite and in range
+
+@pytest.mark.parametrize("option,value,why", [
+    ("--learn-rate", "nan", "nan is not a finite number"),
+    ("--learn-rate", "inf", "inf is not a finite number"),
+    ("--init-stdev", "nan", "nan is not a finite number"),
+    ("--init-stdev", "inf", "inf is not a finite number"),
+    ("--dependent-weight", "nan", "nan is not a finite number"),
+    ("--dependent-rate", "inf", "inf is not a finite number"),
+    ("--holdout", "nan", "nan is not a finite number"),
+    ("--regular", "0,0,inf", "values must be finite (0,0,inf)"),
+    ("--regular", "0,nan,1", "values must be non-negative (0,nan,1)"),
+])
+def test_float_options_must_be_finite(tmp_path, sample, option, value, why):
+    before = listing(tmp_path)
+    result = run(train_args(sample, save_model=tmp_path / "m.rafm") + [option, value])
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: Invalid value for '{option}': {why}"
+    assert listing(tmp_path) == before
+
+
+def test_every_float_option_uses_the_finite_type():
+    """No float option of any command is a bare click float (which takes nan)."""
+    from rafmcli.cli.options import FiniteFloatRange
+
+    floats = [(command.name, param.name, param.type) for command in main.commands.values()
+              for param in command.params if isinstance(param.type, click.types.FloatParamType)]
+    assert floats
+    for command, name, kind in floats:
+        assert isinstance(kind, FiniteFloatRange), (command, name)
+
+
+# class 10: any 64-bit seed; a negative one is its two's-complement value
+
+def test_seeds_fit_64_bits_and_negative_ones_map(tmp_path, sample):
+    predictions = {}
+    for seed in ("-1", "18446744073709551615", "-9223372036854775808", "0"):
+        out = tmp_path / f"p{seed}.txt"
+        result = run(train_args(sample, out=out) + ["--seed", seed])
+        assert result.exit_code == 0, result.output
+        predictions[seed] = out.read_text()
+    assert predictions["-1"] == predictions["18446744073709551615"]  # -1 is 2^64-1
+    assert predictions["-1"] != predictions["0"] != predictions["-9223372036854775808"]
+    before = listing(tmp_path)
+    for seed in ("18446744073709551616", "-9223372036854775809"):
+        result = run(train_args(sample, out=tmp_path / "p.txt") + ["--seed", seed])
+        assert result.exit_code == 2
+        assert error_line(result) == (f"Error: Invalid value for '--seed': {seed} does not fit 64 bits "
+                                      f"(-9223372036854775808..18446744073709551615)")
+    assert listing(tmp_path) == before

@@ -1,4 +1,11 @@
-"""Click parameter types and options shared by several commands."""
+"""Click parameter types and options shared by several commands.
+
+Every number a user types is checked here, at parse time (click's usage
+error, exit 2): floats are finite and in range, seeds fit 64 bits, outputs can
+be written.
+"""
+
+import math
 
 import click
 
@@ -22,8 +29,39 @@ class RanksType(click.ParamType):
 RANKS = RanksType()
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan, inf and -inf (nan passes every
+    bound check, since it compares false with everything)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return number
+
+
+class SeedType(click.ParamType):
+    """Any integer that fits 64 bits, -2^63..2^64-1. A negative seed s is
+    s + 2^64, the unsigned value of its two's-complement bits (-1 is 2^64-1)."""
+
+    name = "INTEGER"
+    low, high = -(1 << 63), (1 << 64) - 1
+
+    def convert(self, value, param, ctx):
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not an integer", param, ctx)
+        if not self.low <= number <= self.high:
+            self.fail(f"{value} does not fit 64 bits ({self.low}..{self.high})", param, ctx)
+        return number % (1 << 64)
+
+
+SEED = SeedType()
+
+
 class FloatListType(click.ParamType):
-    """Comma-separated non-negative floats."""
+    """Comma-separated non-negative finite floats."""
 
     name = "R,R,..."
 
@@ -36,6 +74,8 @@ class FloatListType(click.ParamType):
             self.fail(f"expected comma-separated numbers ({value})", param, ctx)
         if any(not v >= 0 for v in out):
             self.fail(f"values must be non-negative ({value})", param, ctx)
+        if any(not math.isfinite(v) for v in out):
+            self.fail(f"values must be finite ({value})", param, ctx)
         return out
 
 

@@ -10,6 +10,8 @@ from rafmcli.cli.options import (
     INPUT,
     OUTPUT,
     RANKS,
+    SEED,
+    FiniteFloatRange,
     distinct_outputs,
     no_cache_option,
     read,
@@ -75,7 +77,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
 @click.option("--validation", type=INPUT,
               help="Validation file: metrics after each epoch, early stopping, best epoch kept.")
-@click.option("--holdout", type=click.FloatRange(0, 0.5), default=D.holdout, show_default=True,
+@click.option("--holdout", type=FiniteFloatRange(0, 0.5), default=D.holdout, show_default=True,
               help="Without --validation, the fraction of training rows held out to validate on; "
                    "0 trains on all rows for --iter epochs.  [mcmc: 0]")
 @click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
@@ -116,16 +118,16 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "last draw (thinning: far more are needed).")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
-@click.option("--learn-rate", type=click.FloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
+@click.option("--learn-rate", type=FiniteFloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
               help="Learning rate rho_f (free variables, bias, linear weights).  [sgda: 0.01]")
-@click.option("--dependent-rate", type=click.FloatRange(0, min_open=True),
+@click.option("--dependent-rate", type=FiniteFloatRange(0, min_open=True),
               help="RaFM, paper variant: learning rate rho_d of dependent variables (Algorithm 1).  "
                    "[default: --learn-rate]")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default=D.variant, show_default=True,
               help="RaFM training: paper (Algorithm 1, two learning rates), authors (one optimizer on the "
                    "loss plus distillation terms with the stop-gradients of the authors' code) or cascade "
                    "(the same terms, gradient through every level).")
-@click.option("--dependent-weight", type=click.FloatRange(0), default=D.dependent_weight, show_default=True,
+@click.option("--dependent-weight", type=FiniteFloatRange(0), default=D.dependent_weight, show_default=True,
               help="RaFM, authors and cascade variants: weight c_p of each distillation term.")
 @click.option("--regular", type=FLOATS,
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
@@ -133,12 +135,13 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "(r0,r1,r2_1,...,r2_m); with --meta, one value per group (r0,r1_1..r1_G,r2_1..r2_G) "
                    "or r2 per group and level. sgd, adagrad, adam: applied when a feature occurs; "
                    "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10]")
-@click.option("--init-stdev", type=click.FloatRange(0), default=D.init_stdev, show_default=True,
+@click.option("--init-stdev", type=FiniteFloatRange(0), default=D.init_stdev, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
 @click.option("--linear/--no-linear", default=D.linear, show_default=True, help="Use the linear weights w_i.")
-@click.option("--seed", type=int, default=D.seed, show_default=True,
-              help="Random seed (initialisation, row order, hold-out); --threads 1 is bit-for-bit reproducible.")
+@click.option("--seed", type=SEED, default=D.seed, show_default=True,
+              help="Random seed (initialisation, row order, hold-out), any 64-bit integer (a negative s is s+2^64); "
+                   "--threads 1 is bit-for-bit reproducible.")
 @click.option("--threads", type=click.IntRange(1), default=D.threads, show_default=True,
               help="Training threads (lock-free Hogwild SGD over rows when > 1).")
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,

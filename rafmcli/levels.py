@@ -7,15 +7,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rafmcli.options import MAX_LEVELS, MAX_RANK
+
 
 def parse_ranks(text):
-    """``"32,512"`` -> (32, 512); ranks must be positive and strictly increasing."""
+    """``"32,512"`` -> (32, 512); 1 to MAX_LEVELS ranks, strictly increasing, in 1..MAX_RANK."""
     try:
         ranks = tuple(int(t) for t in text.split(","))
     except ValueError:
         raise ValueError(f"ranks must be comma-separated integers ({text})") from None
     if not ranks or min(ranks) < 1 or any(b <= a for a, b in zip(ranks, ranks[1:])):
         raise ValueError(f"ranks must be positive and strictly increasing ({text})")
+    if len(ranks) > MAX_LEVELS:
+        raise ValueError(f"at most {MAX_LEVELS} ranks (levels), not {len(ranks)}")
+    if ranks[-1] > MAX_RANK:
+        raise ValueError(f"a rank must be at most {MAX_RANK} ({ranks[-1]})")
     return ranks
 
 

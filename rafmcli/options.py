@@ -11,6 +11,8 @@ DEFAULT_RANKS = {"fm": (8,), "rafm": (32, 512), "difacto": (32, 512)}
 # RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
 VARIANTS = ("paper", "authors", "cascade")
 METRICS = ("rmse", "mae", "logloss", "auc", "accuracy")  # rafmcli.metrics computes them
+MAX_LEVELS = 127          # m: levels k_i are int8 in model files and kernels
+MAX_RANK = 2**31 - 1      # D_k: D_k * D_{k+1} stays exact in int64 (Eq. 17)
 
 
 @dataclass

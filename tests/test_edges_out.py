@@ -382,3 +382,120 @@ def test_seeds_fit_64_bits_and_negative_ones_map(tmp_path, sample):
         assert error_line(result) == (f"Error: Invalid value for '--seed': {seed} does not fit 64 bits "
                                       f"(-9223372036854775808..18446744073709551615)")
     assert listing(tmp_path) == before
+
+
+# class 6 (and the stored side of 12): a damaged model header or array is one line, exit 2
+
+@pytest.fixture(scope="module")
+def good_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("good")
+    sample = os.path.join(ROOT, "data_samples", "regression.train.libfm")
+    result = run(["train", "--task", "r", "--ranks", "4,16", "--train", sample, "--iter", "2", "--quiet",
+                  "--save-model", folder / "m.rafm", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    with zipfile.ZipFile(folder / "m.rafm") as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def _npy(array):
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _load_npy(data):
+    import io
+
+    return np.lib.format.read_array(io.BytesIO(data))
+
+
+def _header_change(change):
+    import json
+
+    def apply(members):
+        header = json.loads(members["model.json"])
+        changed = change(header)
+        members["model.json"] = json.dumps(header if changed is None else changed).encode()
+    return apply
+
+
+def _array_change(name, change):
+    def apply(members):
+        members[name + ".npy"] = _npy(change(_load_npy(members[name + ".npy"])))
+    return apply
+
+
+DAMAGE = {
+    "header is a list": (_header_change(lambda h: []), "header is not a JSON object"),
+    "no ranks": (_header_change(lambda h: h.pop("ranks") and None), "header has no 'ranks'"),
+    "no w0": (_header_change(lambda h: h.pop("w0") and None), "header has no 'w0'"),
+    "ranks ab": (_header_change(lambda h: h.update(ranks="ab")),
+                 "header 'ranks' must be 1 to 127 increasing positive integers (one for fm) (\"ab\")"),
+    "w0 text": (_header_change(lambda h: h.update(w0="x")), "header 'w0' must be a finite number (\"x\")"),
+    "w0 nan": (_header_change(lambda h: h.update(w0=float("nan"))), "header 'w0' must be a finite number (NaN)"),
+    "kind": (_header_change(lambda h: h.update(model="svm")),
+             "header 'model' must be one of fm, rafm, difacto (\"svm\")"),
+    "sizes": (_header_change(lambda h: h.update(level_sizes=[h["level_sizes"][0], h["level_sizes"][0] + 1])),
+              "header 'level_sizes' must be 2 non-increasing counts, the first n_features"),
+    "levels int16": (_array_change("levels", lambda a: a.astype(np.int16)), "levels.npy is int16 of shape"),
+    "w short": (_array_change("w", lambda a: a[:-1]), "w.npy is float32 of shape"),
+    "V 2-D": (_array_change("V", lambda a: a.reshape(-1, 4)), "V.npy is float32 of shape"),
+    "V float64": (_array_change("V", lambda a: a.astype(np.float64)), "V.npy is float64 of shape"),
+    "level 3 of 2": (_array_change("levels", lambda a: np.where(a == 2, 3, a).astype(np.int8)),
+                     "levels.npy holds levels outside 1..2"),
+    "level wrapped": (_array_change("levels", lambda a: np.full_like(a, -56)), "levels.npy holds levels outside 1..2"),
+    "ids repeated": (_array_change("feature_ids", lambda a: np.zeros_like(a)),
+                     "feature_ids.npy holds negative or repeated ids"),
+    "w nan": (_array_change("w", lambda a: np.full_like(a, np.nan)), "w.npy holds values that are not finite"),
+    "no V": (lambda members: members.pop("V.npy"), "no V.npy"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_model_is_one_line_exit_2(tmp_path, sample, good_model, damage):
+    change, what = DAMAGE[damage]
+    members = dict(good_model)
+    change(members)
+    with zipfile.ZipFile(tmp_path / "bad.rafm", "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    before = listing(tmp_path)
+    result = run(["predict", "--model", tmp_path / "bad.rafm", "--out", tmp_path / "p.txt",
+                  sample("regression.test")])
+    assert result.exit_code == 2
+    assert error_line(result).startswith(f"Error: {tmp_path / 'bad.rafm'}: damaged model file ({what}")
+    assert error_line(result).endswith(")")
+    assert listing(tmp_path) == before
+
+
+# class 11: sizes checked before allocation; class 12: at most 127 levels (int8)
+
+@pytest.mark.parametrize("options,why", [
+    (["--model", "fm", "--dim", "2000000000"],
+     "Error: a fm model with ranks 2000000000 on 933 features would have 1,866,000,000,934 parameters (6.8 TiB), "
+     "more than the "),
+    (["--ranks", "1,99999999999999999999"],
+     "Error: Invalid value for '--ranks': a rank must be at most 2147483647 (99999999999999999999)"),
+    (["--model", "fm", "--dim", "99999999999999999999"],
+     "Error: Invalid value for '--dim': 99999999999999999999 is not in the range 1<=x<=2147483647."),
+    (["--ranks", ",".join(map(str, range(1, 201)))],
+     "Error: Invalid value for '--ranks': at most 127 ranks (levels), not 200"),
+])
+def test_sizes_and_levels_are_checked_before_allocation(tmp_path, sample, options, why):
+    before = listing(tmp_path)
+    result = run(["train", "--task", "r", "--train", sample("regression.train"), "--quiet",
+                  "--save-model", tmp_path / "m.rafm", *options])
+    assert result.exit_code == 2
+    assert error_line(result).startswith(why)
+    assert listing(tmp_path) == before
+
+
+def test_stats_takes_127_levels_and_refuses_200(sample):
+    ok = run(["stats", "--json", "--ranks", ",".join(map(str, range(1, 128))), sample("regression.train")])
+    assert ok.exit_code == 0, ok.output
+    assert '"level": 127' in ok.output
+    refused = run(["stats", "--ranks", ",".join(map(str, range(1, 201))), sample("regression.train")])
+    assert refused.exit_code == 2
+    assert error_line(refused) == "Error: Invalid value for '--ranks': at most 127 ranks (levels), not 200"

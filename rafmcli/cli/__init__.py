@@ -14,7 +14,8 @@ from rafmcli import __version__
 
 class RafmGroup(click.Group):
     """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
-    every temporary file is removed and the exit status is 128 + the signal number."""
+    every temporary file is removed and the exit status is 128 + the signal number.
+    Running out of memory is one line and exit 2, not a traceback."""
 
     def main(self, *args, **kwargs):
         from rafmcli import signals
@@ -25,6 +26,9 @@ class RafmGroup(click.Group):
                 return super().main(*args, **kwargs)
         except Terminated as exc:
             sys.exit(128 + exc.signum)
+        except MemoryError as exc:
+            click.echo(f"Error: out of memory ({exc or 'no detail'})", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=RafmGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -17,7 +17,7 @@ from rafmcli.cli.options import (
     read,
     warn_unseen,
 )
-from rafmcli.options import DEFAULT_RANKS, METRICS, VARIANTS
+from rafmcli.options import DEFAULT_RANKS, MAX_RANK, METRICS, VARIANTS
 from rafmcli.options import DEFAULTS as D
 
 
@@ -95,7 +95,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "--init-model continues exactly; the file grows by one or two copies of the factors.")
 @click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
               show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
-@click.option("--dim", type=click.IntRange(1),
+@click.option("--dim", type=click.IntRange(1, MAX_RANK),
               help=f"Rank of an FM (same as --ranks D).  [default: {DEFAULT_RANKS['fm'][0]} for fm]")
 @click.option("--ranks", type=RANKS,
               help=f"Ranks D_1<...<D_m of rafm and difacto.  [default: {_shown(DEFAULT_RANKS['rafm'])}]")

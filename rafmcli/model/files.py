@@ -14,18 +14,23 @@ draw) still load.
 
 import functools
 import json
+import math
 import zipfile
+import zlib
 
 import numpy as np
 
 from rafmcli import __version__
-from rafmcli.errors import InputError
+from rafmcli.errors import InputError, printable
 from rafmcli.io.output import Outputs
-from rafmcli.model.layout import Model, OptimizerState, aligned_copy, aligned_zeros
+from rafmcli.model.layout import Model, OptimizerState, aligned_zeros
+from rafmcli.options import MAX_LEVELS, MAX_RANK
 
 FORMAT_NAME = "rafm-model"
 FORMAT_VERSION = 2
-READS = (1, 2)
+MODEL_KINDS = ("fm", "rafm", "difacto")
+TASKS = ("r", "c", "implicit")
+LINKS = ("logit", "probit")
 
 
 def write(model, fh, state=False):
@@ -77,29 +82,194 @@ def save(model, path, state=False):
         outputs.write(path, functools.partial(write, model, state=state), binary=True)
 
 
-def _read_aligned(fh):
-    """A flat ``.npy`` array read straight into cache-line-aligned memory (no second copy)."""
-    version = np.lib.format.read_magic(fh)
-    if version not in ((1, 0), (2, 0)):
-        raise ValueError(f"unsupported .npy version {version}")
-    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                   else np.lib.format.read_array_header_2_0)
-    shape, _, dtype = read_header(fh)
-    if len(shape) != 1 or dtype != np.float32:
-        raise ValueError(f"V has shape {shape} and dtype {dtype}, not flat float32")
-    out = aligned_zeros(shape[0], dtype)
-    buf = memoryview(out).cast("B")
-    done = 0
-    while done < len(buf):
-        got = fh.readinto(buf[done:])
-        if not got:
-            raise EOFError("V.npy is truncated")
-        done += got
+class Damaged(ValueError):
+    """What is wrong inside a model file; load() reports ``MODEL: damaged model file (what)``."""
+
+
+def _field(header, name, kind, check=None, what=None):
+    """``header[name]``, of JSON type ``kind`` (bool is not a number) and passing ``check``."""
+    if name not in header:
+        raise Damaged(f"header has no '{name}'")
+    value = header[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds) or (
+            check is not None and not check(value)):
+        raise Damaged(f"header '{name}' must be {what} ({json.dumps(value)[:60]})")
+    return value
+
+
+def _int_list(value):
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _finite(value):
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+def check_header_v1(header):
+    """Every field a version-1 header must hold, with its type and range; returns
+    (kind, task, ranks, n_features, level_sizes, w0, target range, info)."""
+    if not isinstance(header, dict):
+        raise Damaged("header is not a JSON object")
+    kind = _field(header, "model", str, lambda v: v in MODEL_KINDS, "one of " + ", ".join(MODEL_KINDS))
+    task = _field(header, "task", str, lambda v: v in TASKS, "one of " + ", ".join(TASKS))
+    ranks = tuple(_field(header, "ranks", list, lambda v: _int_list(v) and 0 < len(v) <= MAX_LEVELS and (
+        0 < v[0] and v[-1] <= MAX_RANK and all(a < b for a, b in zip(v, v[1:]))) and (kind != "fm" or len(v) == 1),
+        f"1 to {MAX_LEVELS} increasing positive integers (one for fm)"))
+    n = _field(header, "n_features", int, lambda v: 0 <= v < 2**31, "an integer in 0..2147483647")
+    sizes = _field(header, "level_sizes", list, lambda v: _int_list(v) and len(v) == len(ranks) and (
+        v[0] == n and all(a >= b >= 0 for a, b in zip(v, v[1:]))),
+        f"{len(ranks)} non-increasing counts, the first n_features")
+    w0 = _field(header, "w0", (int, float), _finite, "a finite number")
+    low = _field(header, "target_min", (int, float), _finite, "a finite number")
+    high = _field(header, "target_max", (int, float), lambda v: _finite(v) and v >= low,
+                  "a finite number >= target_min")
+    info = {k: header[k] for k in ("options", "training", "classes") if k in header}
+    for name, json_type in (("options", dict), ("training", dict), ("classes", list)):
+        if name in info:
+            _field(info, name, json_type, what=f"a JSON {'object' if json_type is dict else 'list'}")
+    return kind, task, ranks, n, sizes, float(w0), (float(low), float(high)), info
+
+
+def _read_array(zf, name, dtype, shape=None, aligned=False):
+    """``name``.npy, refused unless it is a C-order ``dtype`` array of ``shape``
+    (an int: that many items; None: flat, any length), checked from its .npy
+    header before any memory is allocated."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        fh = zf.open(name + ".npy")
+    except KeyError:
+        raise Damaged(f"no {name}.npy") from None
+    with fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):
+                raise Damaged(f"{name}.npy has .npy version {version}")
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            found, fortran, got = read_header(fh)
+        except Damaged:
+            raise
+        except ValueError as exc:
+            raise Damaged(f"{name}.npy: {exc}") from None
+        if got != np.dtype(dtype) or (fortran and len(found) > 1) or (
+                found != shape if shape is not None else len(found) != 1):
+            expected = "(N,)" if shape is None else str(shape)
+            raise Damaged(f"{name}.npy is {got} of shape {found}, expected {np.dtype(dtype)} of shape {expected}")
+        out = aligned_zeros(found[0], dtype) if aligned else np.empty(found, dtype)
+        buf = memoryview(out).cast("B")
+        done = 0
+        while done < len(buf):
+            got = fh.readinto(buf[done:])
+            if not got:
+                raise Damaged(f"{name}.npy is truncated")
+            done += got
+        if fh.read(1):
+            raise Damaged(f"{name}.npy has bytes beyond its array")
     return out
 
 
+def read_model_v1(zf, header):
+    """A version-1 model: the header, then feature_ids, levels, w and V checked against it."""
+    kind, task, ranks, n, sizes, w0, target, info = check_header_v1(header)
+    feature_ids = _read_array(zf, "feature_ids", np.int32, n)
+    levels = _read_array(zf, "levels", np.int8, n)
+    if n and (levels.min() < 1 or levels.max() > len(ranks)):
+        raise Damaged(f"levels.npy holds levels outside 1..{len(ranks)}")
+    if np.any(np.diff(levels.astype(np.int64)) > 0):
+        raise Damaged("levels.npy is not non-increasing")
+    model = Model(kind, task, ranks, feature_ids, levels, w0, None, None, target[0], target[1], info)
+    if model.sizes.tolist() != sizes:
+        raise Damaged(f"levels.npy gives level sizes {model.sizes.tolist()}, the header {sizes}")
+    if n and (feature_ids.min() < 0 or np.unique(feature_ids).shape[0] != n):
+        raise Damaged("feature_ids.npy holds negative or repeated ids")
+    model.w = _read_array(zf, "w", np.float32, n)
+    model.V = _read_array(zf, "V", np.float32, int(sum(int(s) * int(d) for s, d in zip(sizes, model.widths))),
+                          aligned=True)
+    for name in ("w", "V"):
+        if not np.isfinite(getattr(model, name)).all():
+            raise Damaged(f"{name}.npy holds values that are not finite")
+    if "group_of.npy" in zf.namelist():
+        model.vocabulary = _read_vocabulary(zf, n)
+    return model
+
+
+def read_model_v2(zf, header):
+    """Version 2: version 1 plus "link" and "samples"; an MCMC model's K-1
+    earlier draws as rows of sample_w0 [K-1], sample_w [K-1, F], sample_V [K-1, |V|]."""
+    if not isinstance(header, dict):
+        raise Damaged("header is not a JSON object")
+    link = _field(header, "link", str, lambda v: v in LINKS, "logit or probit")
+    samples = _field(header, "samples", int, lambda v: v >= 1, "a positive integer")
+    model = read_model_v1(zf, header)
+    model.link = link
+    if "optimizer_state" in header:
+        model.state = _read_state(zf, header, model)
+    if samples > 1:
+        k, n = samples - 1, model.w.shape[0]
+        w0s = _read_array(zf, "sample_w0", np.float64, k)
+        ws = _read_array(zf, "sample_w", np.float32, (k, n))
+        Vs = _read_array(zf, "sample_V", np.float32, (k, model.V.shape[0]))
+        if not (np.isfinite(w0s).all() and np.isfinite(ws).all() and np.isfinite(Vs).all()):
+            raise Damaged("the sample arrays hold values that are not finite")
+        model.samples = [(float(w0s[j]), ws[j], Vs[j]) for j in range(k)] + [(model.w0, model.w, model.V)]
+    return model
+
+
+def _read_state(zf, header, model):
+    """The optimizer state saved for continued training: accumulators empty or in
+    the layout of V (aligned) and w, and the bias pair."""
+    opt = _field(header, "optimizer_state", dict, lambda v: isinstance(v.get("method"), str) and isinstance(
+        v.get("steps"), int) and not isinstance(v.get("steps"), bool) and v["steps"] >= 0,
+        'an object {"method": name, "steps": count}')
+    arrays = {}
+    for name, size in (("V1", model.V.shape[0]), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
+                       ("w2", model.w.shape[0])):
+        arrays[name] = _read_array(zf, "state_" + name, np.float32, aligned=name.startswith("V"))
+        if arrays[name].shape[0] not in (0, size) or not np.isfinite(arrays[name]).all():
+            raise Damaged(f"state_{name}.npy has {arrays[name].shape[0]} values, not 0 or {size}, "
+                          f"or values that are not finite")
+    arrays["bias"] = _read_array(zf, "state_bias", np.float64, 2)
+    return OptimizerState(opt["method"], **arrays, steps=opt["steps"])
+
+
+def _read_vocabulary(zf, n_features):
+    """An implicit model's group values, each array checked against the others."""
+    from rafmcli.model.vocabulary import Vocabulary
+
+    group_of = _read_array(zf, "group_of", np.int32, n_features)
+    group_ptr = _read_array(zf, "group_ptr", np.int64)
+    count = _read_array(zf, "value_count", np.int64)
+    ptr = _read_array(zf, "value_ptr", np.int64, count.shape[0] + 1)
+    if not _offsets(group_ptr, count.shape[0]) or not _offsets(ptr, None):
+        raise Damaged("group_ptr.npy or value_ptr.npy is not a run of offsets")
+    feat = _read_array(zf, "value_features", np.int32, int(ptr[-1]))
+    x = _read_array(zf, "value_x", np.float32, int(ptr[-1]))
+    n_groups = group_ptr.shape[0] - 1
+    if (group_of.size and (group_of.min() < 0 or group_of.max() >= n_groups)
+            or feat.size and (feat.min() < 0 or feat.max() >= n_features)
+            or count.size and count.min() < 0 or not np.isfinite(x).all()):
+        raise Damaged("the group values (group_of, value_features, value_x, value_count) are out of range")
+    return Vocabulary(group_of, group_ptr, ptr, feat, x, count)
+
+
+def _offsets(ptr, end):
+    """ptr starts at 0, never decreases and (unless ``end`` is None) ends at ``end``."""
+    return (ptr.shape[0] >= 1 and ptr[0] == 0 and bool(np.all(np.diff(ptr) >= 0))
+            and (end is None or ptr[-1] == end))
+
+
+READERS = {1: read_model_v1, 2: read_model_v2}  # format_version -> reader(zipfile, header) -> Model
+
+
 def load(path, text_ok=False):
-    """Read a model file; refuse unknown format versions and damaged files.
+    """Read a model file; refuse unknown format versions, and any damage: a header
+    field missing or of the wrong type or range, an array whose dtype, shape or
+    values disagree with the header -> ``MODEL: damaged model file (what)``.
 
     ``text_ok``: a file that is not a zip archive is read as libFM's text model
     (:func:`rafmcli.model.dump.read_text`).
@@ -110,69 +280,24 @@ def load(path, text_ok=False):
         return read_text(path)
     try:
         with zipfile.ZipFile(path) as zf:
-            header = json.loads(zf.read("model.json"))
+            try:
+                header = json.loads(zf.read("model.json"))
+            except KeyError:
+                raise Damaged("no model.json") from None
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+                raise Damaged(f"model.json is not JSON: {exc}") from None
+            if not isinstance(header, dict):
+                raise Damaged("header is not a JSON object")
             if header.get("format") != FORMAT_NAME:
-                raise InputError(f"{path}: not a rafm model file")
+                raise InputError(f"{printable(path)}: not a rafm model file")
             version = header.get("format_version")
-            if version not in READS:
-                raise InputError(f"{path}: model format version {version} is not supported by "
-                                 f"rafm {__version__} (it reads versions {', '.join(map(str, READS))})")
-            arrays = {}
-            for name in ("feature_ids", "levels", "w"):
-                with zf.open(name + ".npy") as fh:
-                    arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
-            with zf.open("V.npy") as fh:
-                arrays["V"] = _read_aligned(fh)
-            vocabulary = None
-            if "group_of.npy" in zf.namelist():
-                from rafmcli.model.vocabulary import Vocabulary
-
-                vocabulary = Vocabulary.from_arrays(
-                    {name: np.lib.format.read_array(zf.open(name + ".npy"), allow_pickle=False)
-                     for name in Vocabulary.ARRAYS})
-            n_samples = int(header.get("samples", 1))
-            if n_samples > 1:
-                for name in ("sample_w0", "sample_w", "sample_V"):
-                    with zf.open(name + ".npy") as fh:
-                        arrays[name] = np.lib.format.read_array(fh, allow_pickle=False)
-            state = None
-            if "optimizer_state" in header:
-                opt = header["optimizer_state"]
-                state = {name: np.lib.format.read_array(zf.open(f"state_{name}.npy"), allow_pickle=False)
-                         for name in OptimizerState.ARRAYS}
-                for name in ("V1", "V2"):
-                    state[name] = _aligned(state[name])
-                state = OptimizerState(str(opt["method"]), **state, steps=int(opt["steps"]))
-    except InputError:
-        raise
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(f"{path}: damaged or unreadable model file ({exc})") from None
-    info = {k: v for k, v in header.items() if k in ("options", "training", "classes")}
-    model = Model(header["model"], header["task"], tuple(header["ranks"]), arrays["feature_ids"],
-                  arrays["levels"], float(header["w0"]), arrays["w"], arrays["V"],
-                  float(header["target_min"]), float(header["target_max"]), info, vocabulary,
-                  header.get("link", "logit"), state=state)
-    n = model.feature_ids.shape[0]
-    if (model.levels.shape[0] != n or model.w.shape[0] != n
-            or model.V.shape[0] != int((model.sizes * model.widths).sum())
-            or np.any(np.diff(model.levels.astype(np.int64)) > 0)
-            or model.sizes.tolist() != header.get("level_sizes")
-            or model.link not in ("logit", "probit")):
-        raise InputError(f"{path}: damaged model file (array sizes disagree with the header)")
-    if "sample_V" in arrays:
-        w0s, ws, Vs = arrays["sample_w0"], arrays["sample_w"], arrays["sample_V"]
-        k = n_samples - 1
-        if (w0s.shape != (k,) or ws.shape != (k, n) or Vs.shape != (k, model.V.shape[0])
-                or ws.dtype != np.float32 or Vs.dtype != np.float32):
-            raise InputError(f"{path}: damaged model file (sample arrays disagree with the header)")
-        model.samples = [(float(w0s[j]), ws[j], Vs[j]) for j in range(k)] + [(model.w0, model.w, model.V)]
-    if state is not None and not (
-            all(a.shape[0] in (0, model.V.shape[0]) and a.dtype == np.float32 for a in (state.V1, state.V2))
-            and all(a.shape[0] in (0, n) and a.dtype == np.float32 for a in (state.w1, state.w2))
-            and state.bias.shape == (2,)):
-        raise InputError(f"{path}: damaged model file (optimizer state sizes disagree with the model)")
-    return model
-
-
-def _aligned(a):
-    return aligned_copy(np.ascontiguousarray(a).ravel())
+            if not isinstance(version, int) or isinstance(version, bool) or version not in READERS:
+                raise InputError(f"{printable(path)}: model format version {version} is not supported by "
+                                 f"rafm {__version__} (it reads versions {', '.join(map(str, READERS))})")
+            return READERS[version](zf, header)
+    except Damaged as exc:
+        raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{printable(path)}: cannot read model file: {exc.strerror or exc}") from None

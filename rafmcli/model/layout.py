@@ -5,6 +5,7 @@ that F_l is a prefix, and level l is one ``|F_l| x width_l`` float32 block of
 the flat array ``V`` (width_l = D_l for RaFM, D_l - D_{l-1} for DiFacto).
 """
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,15 +85,45 @@ class Model:
                 np.array([self.w0]))
 
 
+def _bytes(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+def check_fits(model):
+    """Refuse a model whose parameters (float32: bias, w, V) exceed this machine's
+    physical memory, before V is allocated: InputError with the count and bytes."""
+    from rafmcli.errors import InputError
+
+    n_factors = sum(int(s) * int(w) for s, w in zip(model.sizes, model.widths))
+    params = 1 + model.feature_ids.shape[0] + n_factors
+    need = 4 * params
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return n_factors
+    if need > memory:
+        ranks = ",".join(str(d) for d in model.ranks)
+        raise InputError(f"a {model.kind} model with ranks {ranks} on {model.feature_ids.shape[0]:,} features "
+                         f"would have {params:,} parameters ({_bytes(need)}), more than the "
+                         f"{_bytes(memory)} of memory here; choose smaller ranks")
+    return n_factors
+
+
 def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_range):
-    """A freshly initialised model: features sorted by level (F_l prefixes), V ~ N(0, s)."""
+    """A freshly initialised model: features sorted by level (F_l prefixes), V ~ N(0, s).
+
+    Its size is checked against the machine's memory first (:func:`check_fits`).
+    """
     order = np.argsort(-np.asarray(levels), kind="stable")
     levels = np.asarray(levels, dtype=np.int8)[order]
     ids = np.asarray(feature_ids, dtype=np.int32)[order]
     model = Model(kind, task, tuple(ranks), ids, levels, float(w0),
                   np.zeros(ids.shape[0], dtype=np.float32), np.empty(0, dtype=np.float32),
                   float(target_range[0]), float(target_range[1]))
-    n_factors = int((model.sizes * model.widths).sum())
+    n_factors = check_fits(model)
     model.V = aligned_zeros(n_factors, np.float32)
     model.V[:] = rng.normal(0.0, init_stdev, n_factors)
     return model

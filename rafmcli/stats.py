@@ -26,11 +26,23 @@ def occurrence_histogram(counts):
     return rows
 
 
+def mean(values):
+    """The mean in float64, without overflow when the sum exceeds the float range
+    (labels near 1.7e308): then the values are scaled by their largest magnitude first."""
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = values.mean()
+        if not np.isfinite(total):
+            scale = np.abs(values).max()
+            total = (values / scale).mean() * scale
+    return float(total)
+
+
 def label_summary(labels):
     labels = np.asarray(labels)
     out = {"min": None, "mean": None, "max": None, "distinct": None}
     if labels.size:
-        out.update(min=float(labels.min()), mean=float(labels.mean()), max=float(labels.max()))
+        out.update(min=float(labels.min()), mean=mean(labels), max=float(labels.max()))
         distinct = np.unique(labels)
         if distinct.size <= MAX_DISTINCT_LABELS:
             out["distinct"] = [float(v) for v in distinct]
@@ -71,6 +83,18 @@ def file_stats(data, ranks):
         ],
         "models": models,
     }
+
+
+def strict_json(value):
+    """``value`` with every non-finite float as None: JSON that any parser reads
+    (``json.dumps(..., allow_nan=False)`` then cannot fail)."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def _g(x):

@@ -499,3 +499,71 @@ def test_stats_takes_127_levels_and_refuses_200(sample):
     refused = run(["stats", "--ranks", ",".join(map(str, range(1, 201))), sample("regression.train")])
     assert refused.exit_code == 2
     assert error_line(refused) == "Error: Invalid value for '--ranks': at most 127 ranks (levels), not 200"
+
+
+# class 17: strict JSON, no numpy warnings
+
+def _strict_loads(text):
+    import json
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_stats_json_is_strict_and_warning_free(tmp_path):
+    import warnings
+
+    data = tmp_path / "huge.libfm"
+    data.write_text("1.7e308 1:1\n1.7e308 2:1\n1.6e308 3:1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning would fail the command
+        result = run(["stats", "--json", data])
+    assert result.exit_code == 0, result.output
+    labels = _strict_loads(result.output)["files"][0]["labels"]
+    assert labels["mean"] == pytest.approx(1.7e308 / 3 * 2 + 1.6e308 / 3, rel=1e-6)  # the sum overflows
+
+
+def test_strict_json_turns_non_finite_into_null():
+    from rafmcli.stats import strict_json
+
+    value = {"a": [1.0, float("inf"), {"b": float("nan")}], "c": (float("-inf"), 2), "d": "x"}
+    assert strict_json(value) == {"a": [1.0, None, {"b": None}], "c": [None, 2], "d": "x"}
+
+
+# class 19, numba: an unwritable HOME and install directory fall back to a private cache
+
+def test_unwritable_home_falls_back_to_a_private_numba_cache(tmp_path):
+    import shutil
+
+    package = tmp_path / "pkg"
+    shutil.copytree(os.path.join(ROOT, "rafmcli"), package / "rafmcli", ignore=shutil.ignore_patterns("__pycache__"))
+    for sub in ("io", "kernels"):
+        (package / "rafmcli" / sub / "__pycache__").write_text("")  # numba cannot cache beside the source
+    (tmp_path / "home").write_text("")  # HOME is a file: no ~/.cache/numba, even for root
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "empty.libfm").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(package))
+    result = subprocess.run([sys.executable, "-m", "rafmcli", "stats", "--no-cache", "empty.libfm"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    fallback = tmp_path / "tmp" / f"rafm-numba-{os.getuid()}"
+    assert result.stderr.splitlines() == [
+        f"rafm: warning: numba cannot cache compiled kernels beside rafm or in {tmp_path}/home/.cache/numba; "
+        f"using {fallback} (set NUMBA_CACHE_DIR to choose)"]
+    assert "rows         0" in result.stdout
+    assert fallback.is_dir() and stat.S_IMODE(fallback.stat().st_mode) == 0o700
+
+
+def test_a_diverged_run_keeps_only_its_log(tmp_path, sample):
+    (tmp_path / "m.rafm").write_bytes(b"the previous model")
+    before = listing(tmp_path)
+    result = run(train_args(sample, save_model=tmp_path / "m.rafm", rlog=tmp_path / "log.tsv")
+                 + ["--learn-rate", "1e30", "--method", "sgd"])
+    assert result.exit_code == 3
+    assert error_line(result).startswith("Error: training diverged in epoch 1")
+    after = listing(tmp_path)
+    assert after.pop("log.tsv") and after == before
+    assert (tmp_path / "log.tsv").read_text() == "epoch\tseconds\ttrain_loss\trmse\tmae\n"

@@ -15,12 +15,14 @@ from rafmcli import __version__
 class RafmGroup(click.Group):
     """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
     every temporary file is removed and the exit status is 128 + the signal number.
-    Running out of memory is one line and exit 2, not a traceback."""
+    Running out of memory is one line and exit 2, not a traceback. numba gets a
+    cache directory it can write (rafmcli.jit)."""
 
     def main(self, *args, **kwargs):
-        from rafmcli import signals
+        from rafmcli import jit, signals
         from rafmcli.errors import Terminated
 
+        jit.ensure_cache_dir(lambda message: click.echo(f"rafm: warning: {message}", err=True))
         try:
             with signals.handled():
                 return super().main(*args, **kwargs)

@@ -111,6 +111,7 @@ class OutputPath(click.ParamType):
         self.stdout_ok = stdout_ok
 
     def convert(self, value, param, ctx):
+        from rafmcli.errors import printable
         from rafmcli.io.output import STDOUT, check_target
 
         if value == STDOUT and not self.stdout_ok:
@@ -118,7 +119,7 @@ class OutputPath(click.ParamType):
         try:
             check_target(value)
         except ValueError as exc:
-            self.fail(str(exc) if value == STDOUT else f"{value}: {exc}", param, ctx)
+            self.fail(str(exc) if value == STDOUT else f"{printable(value)}: {printable(str(exc))}", param, ctx)
         return value
 
 

@@ -26,9 +26,11 @@ def stats(files, ranks, as_json, plot_path, no_cache):
     rank set, each level's features and the size and per-row cost of FM(D_m),
     DiFacto and RaFM.
     """
+    import numpy as np
+
     from rafmcli.io.output import STDOUT, Outputs, check_target
     from rafmcli.io.reader import read_dataset
-    from rafmcli.stats import file_stats, render_text
+    from rafmcli.stats import file_stats, render_text, strict_json
 
     try:
         check_target(STDOUT)
@@ -39,9 +41,11 @@ def stats(files, ranks, as_json, plot_path, no_cache):
 
         figure_class()  # matplotlib or exit 2, before reading anything
     datasets = [read_dataset(f, use_cache=not no_cache, progress=True) for f in files]
-    reports = [file_stats(data, ranks) for data in datasets]
+    with np.errstate(all="ignore"):  # every figure is checked; numpy's warnings are not for the user
+        reports = [file_stats(data, ranks) for data in datasets]
     if as_json:
-        text = json.dumps({"rafm_version": __version__, "files": reports}, indent=1)
+        text = json.dumps(strict_json({"rafm_version": __version__, "files": reports}), indent=1,
+                          allow_nan=False)
     else:
         encoding = (getattr(sys.stdout, "encoding", None) or "").lower()
         bar = "█" if encoding.startswith("utf") else "#"

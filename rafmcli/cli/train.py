@@ -312,12 +312,13 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    eval_group=eval_group, top_k=top_k)
     import functools
 
+    from rafmcli.errors import DivergedError
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
     from rafmcli.predict import kernel_rows, predict_dataset
     from rafmcli.solvers.sgd import train as run_training
 
-    with Outputs() as outputs:
+    with Outputs(commit_on=DivergedError) as outputs:  # a diverged run keeps its log: it shows how
         log = outputs.open(rlog) if rlog else None
         echo = lambda m: click.echo(m, err=True)  # noqa: E731
         chain_predictions = None
@@ -348,5 +349,6 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                 predictions, (unseen, distinct) = chain_predictions, kernel_rows(model, test_data)[3:]
             else:
                 predictions, unseen, distinct = predict_dataset(model, test_data)
-            warn_unseen(test, unseen, distinct)
+            if not quiet:
+                warn_unseen(test, unseen, distinct)
             outputs.write(out, functools.partial(format_predictions, predictions=predictions))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rafmcli import signals
-from rafmcli.errors import OutputError
+from rafmcli.errors import OutputError, printable
 
 STDOUT = "-"
 TEMP_SUFFIX = ".rafm-tmp"
@@ -182,7 +182,7 @@ def _writing(path):
     try:
         yield
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise OutputError(f"{printable(path)}: cannot write: {exc.strerror or exc}") from None
 
 
 def _mode_for(path):
@@ -198,8 +198,9 @@ def _mode_for(path):
 class Outputs:
     """The files one command writes, committed together at the end or not at all.
 
-    ``with Outputs() as outputs:`` commits when the block ends normally and
-    removes every temporary file when it raises (or a signal arrives)::
+    ``with Outputs() as outputs:`` commits when the block ends normally (or
+    raises one of ``commit_on``) and removes every temporary file when it
+    raises anything else (or a signal arrives)::
 
         with Outputs() as outputs:
             log = outputs.open(rlog_path)                       # a file to write now
@@ -207,14 +208,15 @@ class Outputs:
             outputs.write(model_path, partial(write_model, model), binary=True)
     """
 
-    def __init__(self):
+    def __init__(self, commit_on=()):
         self._entries = []
+        self.commit_on = commit_on  # exceptions after which what is staged is still committed
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, value, traceback):
-        if kind is None:
+        if kind is None or issubclass(kind, self.commit_on):
             self.commit()
         else:
             self.abort()

@@ -155,10 +155,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "weights (--regular per group); implicit data resamples negatives by group.")
 @click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
-@click.option("--alpha1", type=click.FloatRange(0, 10), default=D.alpha1, show_default=True,
+@click.option("--alpha1", type=FiniteFloatRange(0, 10), default=D.alpha1, show_default=True,
               help="Implicit: the resampled group is drawn with probability proportional to c^alpha1, "
                    "c its number of distinct features.")
-@click.option("--alpha2", type=click.FloatRange(0, 10), default=D.alpha2, show_default=True,
+@click.option("--alpha2", type=FiniteFloatRange(0, 10), default=D.alpha2, show_default=True,
               help="Implicit: a group's new value is drawn with probability proportional to its "
                    "training count^alpha2 (0: uniform).")
 @click.option("--loss", type=click.Choice(["logistic", "softmax"]), default=D.loss, show_default=True,

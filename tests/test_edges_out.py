@@ -450,6 +450,7 @@ DAMAGE = {
                      "feature_ids.npy holds negative or repeated ids"),
     "w nan": (_array_change("w", lambda a: np.full_like(a, np.nan)), "w.npy holds values that are not finite"),
     "no V": (lambda members: members.pop("V.npy"), "no V.npy"),
+    "classes": (_header_change(lambda h: h.update(classes=3)), "header 'classes' must be a JSON list (3)"),
 }
 
 
@@ -567,3 +568,30 @@ def test_a_diverged_run_keeps_only_its_log(tmp_path, sample):
     after = listing(tmp_path)
     assert after.pop("log.tsv") and after == before
     assert (tmp_path / "log.tsv").read_text() == "epoch\tseconds\ttrain_loss\trmse\tmae\n"
+
+
+def test_damaged_implicit_group_values_are_refused(tmp_path, sample):
+    samples = os.path.join(ROOT, "data_samples")
+    result = run(["train", "--task", "implicit", "--ranks", "4,16", "--meta", os.path.join(samples, "implicit.meta"),
+                  "--train", sample("implicit.train"), "--iter", "1", "--holdout", "0", "--quiet",
+                  "--save-model", tmp_path / "good.rafm"])
+    assert result.exit_code == 0, result.output
+    with zipfile.ZipFile(tmp_path / "good.rafm") as zf:
+        good = {name: zf.read(name) for name in zf.namelist()}
+    damages = {
+        "value_ptr.npy": (lambda a: a[::-1].copy(), "group_ptr.npy or value_ptr.npy is not a run of offsets"),
+        "group_of.npy": (lambda a: a + 1000, "the group values (group_of, value_features, value_x, value_count) "
+                                             "are out of range"),
+        "value_x.npy": (lambda a: a[:-1], "value_x.npy is float32 of shape"),
+    }
+    for member, (change, what) in damages.items():
+        members = dict(good, **{member: _npy(change(_load_npy(good[member])))})
+        bad = tmp_path / "bad.rafm"
+        with zipfile.ZipFile(bad, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        before = listing(tmp_path)
+        result = run(["dump", "--model", bad, "--format", "json", "--out", tmp_path / "dump.json"])
+        assert result.exit_code == 2, (member, result.output)
+        assert error_line(result).startswith(f"Error: {bad}: damaged model file ({what}"), member
+        assert listing(tmp_path) == before

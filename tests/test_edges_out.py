@@ -450,6 +450,8 @@ DAMAGE = {
                      "feature_ids.npy holds negative or repeated ids"),
     "w nan": (_array_change("w", lambda a: np.full_like(a, np.nan)), "w.npy holds values that are not finite"),
     "no V": (lambda members: members.pop("V.npy"), "no V.npy"),
+    "link": (_header_change(lambda h: h.update(link="cauchy")), "header 'link' must be logit or probit (\"cauchy\")"),
+    "samples without arrays": (_header_change(lambda h: h.update(samples=3)), "no sample_w0.npy"),
     "classes": (_header_change(lambda h: h.update(classes=3)), "header 'classes' must be a JSON list (3)"),
 }
 

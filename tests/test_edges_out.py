@@ -597,3 +597,22 @@ def test_damaged_implicit_group_values_are_refused(tmp_path, sample):
         assert result.exit_code == 2, (member, result.output)
         assert error_line(result).startswith(f"Error: {bad}: damaged model file ({what}"), member
         assert listing(tmp_path) == before
+
+
+def test_damaged_optimizer_state_is_refused(tmp_path, sample):
+    result = run(train_args(sample, save_model=tmp_path / "good.rafm") + ["--save-state"])
+    assert result.exit_code == 0, result.output
+    with zipfile.ZipFile(tmp_path / "good.rafm") as zf:
+        good = {name: zf.read(name) for name in zf.namelist()}
+    v1 = _load_npy(good["state_V1.npy"])
+    assert v1.shape[0] > 0
+    bad = tmp_path / "bad.rafm"
+    with zipfile.ZipFile(bad, "w") as zf:
+        for name, data in dict(good, **{"state_V1.npy": _npy(v1[:-1])}).items():
+            zf.writestr(name, data)
+    before = listing(tmp_path)
+    result = run(train_args(sample, save_model=tmp_path / "next.rafm") + ["--init-model", bad])
+    assert result.exit_code == 2
+    assert error_line(result) == (f"Error: {bad}: damaged model file (state_V1.npy has {v1.shape[0] - 1} values, "
+                                  f"not 0 or {v1.shape[0]}, or values that are not finite)")
+    assert listing(tmp_path) == before

@@ -31,12 +31,10 @@ def assign_levels(counts, ranks):
     Level k is passed once n_i exceeds the geometric mean sqrt(D_k D_{k+1});
     the comparison n_i^2 > D_k D_{k+1} is exact in integers.
     """
-    n = np.minimum(np.asarray(counts, dtype=np.int64), 2**31 - 1)
-    squared = n * n
-    levels = np.ones(n.shape, dtype=np.int8)
-    for lo, hi in zip(ranks, ranks[1:]):
-        levels += squared > lo * hi
-    return levels
+    from rafmcli.kernels.counting import assign_levels as kernel
+
+    bounds = np.array([lo * hi for lo, hi in zip(ranks, ranks[1:])], dtype=np.int64)
+    return kernel(np.asarray(counts), bounds)
 
 
 @dataclass
@@ -71,12 +69,11 @@ class LevelSummary:
 
 def summarize(levels, counts, n_rows, ranks):
     """|F_k|, top-level counts and n(F_k) = Sum_{i in F_k} n_i / rows."""
+    from rafmcli.kernels.counting import level_totals
+
     m = len(ranks)
-    levels = np.asarray(levels)
-    counts = np.asarray(counts, dtype=np.float64)
-    top = np.bincount(levels, minlength=m + 1)[1:m + 1].astype(np.int64)
+    top, per_level = level_totals(np.asarray(levels), np.asarray(counts), m)
     size = np.cumsum(top[::-1])[::-1]
-    per_level = np.bincount(levels, weights=counts, minlength=m + 1)[1:m + 1]
     occupancy = np.cumsum(per_level[::-1])[::-1] / max(n_rows, 1)
     return LevelSummary(tuple(ranks), size, top, occupancy, int(levels.shape[0]))
 

@@ -11,14 +11,12 @@ _NAMES = {"fm": "FM", "difacto": "DiFacto", "rafm": "RaFM"}
 
 def occurrence_histogram(counts):
     """Features per power-of-two bucket of n_i: 1, 2, 3-4, 5-8, ... (paper Fig. 1)."""
-    counts = np.asarray(counts, dtype=np.int64)
+    from rafmcli.kernels.counting import occurrence_buckets
+
+    counts = np.asarray(counts)
     if counts.size == 0:
         return []
-    # bucket b holds 2^(b-1) < n <= 2^b; n = 1 is bucket 0
-    bucket = np.zeros(counts.shape, dtype=np.int64)
-    many = counts > 1
-    bucket[many] = np.floor(np.log2(counts[many] - 1)).astype(np.int64) + 1
-    per_bucket = np.bincount(bucket)
+    per_bucket = occurrence_buckets(counts)  # bucket b holds 2^(b-1) < n <= 2^b; n = 1 is bucket 0
     rows = []
     for b, features in enumerate(per_bucket):
         lo, hi = (1, 1) if b == 0 else (2 ** (b - 1) + 1, 2**b)
@@ -43,8 +41,10 @@ def label_summary(labels):
     out = {"min": None, "mean": None, "max": None, "distinct": None}
     if labels.size:
         out.update(min=float(labels.min()), mean=mean(labels), max=float(labels.max()))
-        distinct = np.unique(labels)
-        if distinct.size <= MAX_DISTINCT_LABELS:
+        from rafmcli.kernels.counting import distinct_values
+
+        distinct, few = distinct_values(labels, MAX_DISTINCT_LABELS)
+        if few:
             out["distinct"] = [float(v) for v in distinct]
     return out
 

@@ -11,25 +11,29 @@ order, rounded once to float32; a zero sum is dropped), as scipy's
 
 The input is read once, in blocks of whole lines (the caller cuts a block
 after its last complete line end and never cuts a CRLF in two). Each block is
-parsed in two passes over the same bytes:
+parsed on every core in three steps:
 
-* ``count_block`` counts the block's line ends (exactly as ``parse_block``
-  numbers lines) and bounds its tokens; the caller sizes the block's arrays
-  from these counts;
-* ``parse_block`` validates every token and fills those arrays.
+* ``split_lines`` cuts the block into parts of about ``part_bytes``, each
+  ending just after a line end (never inside a CRLF);
+* ``parse_parts`` runs ``parse_block`` on every part at once (``prange``),
+  each into its own region of scratch arrays sized from its bytes (a row
+  takes at least 2 bytes, an entry at least 2), numbering lines from 0;
+* ``join_parts`` copies the parts' rows, in order, to the file's arrays
+  (``indptr`` shifted by the entries before each part), again in parallel.
 
-Both passes see the same bytes, so the counts always bound the fill; even so
-``parse_block`` checks every write against its arrays' lengths and never
-writes out of bounds. Blocks are independent apart from the line number they
-start at (the sum of earlier blocks' line counts), so they can be counted and
-parsed in parallel and their arrays concatenated in order. The kernels never
-raise: ``parse_block`` returns an error code and the byte span of the
-offending token (or line), which the caller turns into ``FILE:LINE: what
-(token)``.
+Parts are independent apart from where their rows land and the line they
+start at (the sum of the earlier parts' line counts), which the caller adds
+to an error's line: the first failing part has only successful parts before
+it, so its line number is exact. Where the cuts fall depends on the bytes
+and ``part_bytes`` only, never on the number of threads, so every thread
+count gives the same arrays. ``parse_block`` checks every write against its
+arrays' lengths and never writes out of bounds. The kernels never raise:
+``parse_block`` returns an error code and the byte span of the offending
+token (or line), which the caller turns into ``FILE:LINE: what (token)``.
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 OK = 0
 ERR_LABEL = 1
@@ -42,27 +46,33 @@ ERR_VALUE = 7
 ERR_VALUE_INF = 8
 ERR_SUM_INF = 9
 ERR_INDEX_MISSING = 10
-NEED_VALUES = 11  # a value other than 1 and no values array: call again with one
-ERR_FULL = 12  # the arrays are too short for the block (never after count_block)
+ERR_FULL = 12  # the arrays are too short for the block (never in parse_parts' regions)
 
 INT32_MAX = 2147483647
+MAX_INDEX_DIGITS = 10  # INT32_MAX's digits; a longer index takes the careful path
 FLOAT32_MAX = 3.4028234663852886e38
 LF = 10
 CR = 13
+
+# parse_block's result, one row of parse_parts' table: error code, lines (on
+# error: the offending line), rows, entries, largest index (-1: none), rows
+# with a repeated index, the byte span of the offending token, every value 1
+(R_CODE, R_LINES, R_ROWS, R_NZ, R_MAX_INDEX, R_REPEATS, R_ERR_START, R_ERR_END,
+ R_ONES) = range(9)
+N_RESULTS = 9
 
 # byte classes: 0 part of a token, 1 blank (space, tab, VT, FF), 2 line end (LF, CR), 3 '#'
 _CLASS = np.zeros(256, dtype=np.uint8)
 _CLASS[[32, 9, 11, 12]] = 1
 _CLASS[[LF, CR]] = 2
 _CLASS[35] = 3
-_TOKEN = (_CLASS == 0).astype(np.uint8)
 
 # Exact powers of ten for Clinger's fast path: a mantissa below 2**53 and
 # |exp| <= 22 give the correctly rounded double with one multiply or divide.
 _POW10 = np.array([10.0**k for k in range(23)])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def last_line_end(buf, n):
     """Index just past the last complete line end in ``buf[:n]`` (0 if none).
 
@@ -80,40 +90,7 @@ def last_line_end(buf, n):
     return 0
 
 
-@njit(cache=True)
-def count_block(buf, n):
-    """(line ends, token bound, every value spelt ``1``) of ``buf[:n]``.
-
-    Line ends are LF plus every CR not followed by LF: exactly the lines
-    ``parse_block`` numbers. Tokens (labels included) are counted inside
-    comments too; that only over-allocates files with long comments. The
-    loops are branch-free; a ':' in the last two bytes is never followed by
-    ``1`` and a non-token byte.
-    """
-    lines = 0
-    tokens = 0
-    colons = 0
-    colon_ones = 0
-    crs = 0
-    prev = np.uint8(0)
-    for pos in range(n):
-        c = buf[pos]
-        t = _TOKEN[c]
-        tokens += t & (prev ^ 1)
-        prev = t
-        lines += c == LF
-        crs += c == CR
-        colons += c == 58
-    for pos in range(n - 2):
-        colon_ones += (buf[pos] == 58) & (buf[pos + 1] == 49) & (_TOKEN[buf[pos + 2]] == 0)
-    if crs:  # CR files are rare: only they pay for the pairs
-        for pos in range(n - 1):
-            lines += (buf[pos] == CR) & (buf[pos + 1] != LF)
-        lines += buf[n - 1] == CR
-    return lines, tokens, colons == colon_ones
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def parse_number(buf, pos):
     """Parse a decimal float starting at ``pos``; return (ok, value, end).
 
@@ -181,14 +158,14 @@ def parse_number(buf, pos):
     return True, -value if neg else value, pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _token_end(buf, pos):
     while _CLASS[buf[pos]] == 0:
         pos += 1
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _next_line(buf, pos, n):
     """From a line end at ``pos``, the start of the next line (CRLF is one end)."""
     if buf[pos] == CR and pos + 1 < n and buf[pos + 1] == LF:
@@ -196,32 +173,7 @@ def _next_line(buf, pos, n):
     return pos + 1
 
 
-@njit(cache=True)
-def _sort_row(indices, values, a, b, fill_values):
-    """Sort entries a..b by index, stably (insertion sort; mergesort for long rows)."""
-    if b - a > 32:
-        order = np.argsort(indices[a:b], kind="mergesort")
-        indices[a:b] = indices[a:b][order]
-        if fill_values:
-            values[a:b] = values[a:b][order]
-        return
-    for i in range(a + 1, b):
-        key = indices[i]
-        if indices[i - 1] <= key:
-            continue
-        v = values[i] if fill_values else np.float32(1.0)
-        j = i - 1
-        while j >= a and indices[j] > key:
-            indices[j + 1] = indices[j]
-            if fill_values:
-                values[j + 1] = values[j]
-            j -= 1
-        indices[j + 1] = key
-        if fill_values:
-            values[j + 1] = v
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sum_repeats(indices, values, a, b):
     """Merge runs of one index in sorted entries a..b into their sum; drop zero sums.
 
@@ -247,77 +199,105 @@ def _sum_repeats(indices, values, a, b):
     return w
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
+def _long_index(buf, start, end):
+    """The index spelt by the digits buf[start:end], or INT32_MAX + 1 if it is larger."""
+    while start < end - 1 and buf[start] == 48:
+        start += 1
+    if end - start > MAX_INDEX_DIGITS:
+        return INT32_MAX + 1
+    idx = 0
+    for p in range(start, end):
+        idx = idx * 10 + (buf[p] - 48)
+    return idx
+
+
+@njit(cache=True, nogil=True)
+def _sort_row(indices, values, a, b):
+    """Sort entries a..b by index, stably (insertion sort; mergesort for long rows)."""
+    if b - a > 32:
+        order = np.argsort(indices[a:b], kind="mergesort")
+        indices[a:b] = indices[a:b][order]
+        values[a:b] = values[a:b][order]
+        return
+    for i in range(a + 1, b):
+        key = indices[i]
+        if indices[i - 1] <= key:
+            continue
+        v = values[i]
+        j = i - 1
+        while j >= a and indices[j] > key:
+            indices[j + 1] = indices[j]
+            values[j + 1] = values[j]
+            j -= 1
+        indices[j + 1] = key
+        values[j + 1] = v
+
+
+@njit(cache=True, nogil=True)
 def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
     """Parse ``buf[:n]`` (whole lines) into the CSR arrays, from their start.
 
-    The arrays are the free tails of the file's arrays: row k of the block
-    goes to ``labels[k]``, its entries to ``indices`` (and ``values``) from
-    ``indptr[k] - nz_base`` and ``indptr[k + 1]`` gets ``nz_base`` plus the
-    block's entries so far; ``indptr[0]`` is not touched. ``line_no`` is the
-    number of lines before the block. ``values`` is written unless it is
-    empty (then every value must be 1, else NEED_VALUES). With room for the
-    lines and tokens ``count_block`` reports the arrays are long enough; a
-    row that would not fit returns ERR_FULL instead of writing.
-    Returns (error, line_no, rows, nz, max_index, rows_with_repeats,
-    err_start, err_end): on error ``line_no`` is the offending line and the
-    span its token (for ERR_SUM_INF, the line).
+    Row k goes to ``labels[k]``, its entries to ``indices`` and ``values``
+    from ``indptr[k] - nz_base``, and ``indptr[k + 1]`` gets ``nz_base``
+    plus the entries so far; ``indptr[0]`` is not touched. ``line_no`` is
+    the number of lines before ``buf``. A row that would not fit in the
+    arrays returns ERR_FULL instead of writing. Returns the ``N_RESULTS``
+    fields named by ``R_*``: on error ``line_no`` is the offending line and
+    the span its token (for ERR_SUM_INF, the line).
     """
-    fill_values = values.shape[0] > 0
     cap_rows = min(labels.shape[0], indptr.shape[0] - 1)
-    cap_nz = indices.shape[0]
-    if fill_values:
-        cap_nz = min(cap_nz, values.shape[0])
+    cap_nz = min(indices.shape[0], values.shape[0])
     row = 0
     nz = 0
     max_index = -1
     repeats = 0
+    ones = True
     pos = 0
     while pos < n:
         line_no += 1
         line_start = pos
         while _CLASS[buf[pos]] == 1:
             pos += 1
-        k = _CLASS[buf[pos]]
-        if k != 0:
+        if _CLASS[buf[pos]] != 0:
             while _CLASS[buf[pos]] != 2:
                 pos += 1
             pos = _next_line(buf, pos, n)
             continue
         ok, label, end = parse_number(buf, pos)
         if not ok or _CLASS[buf[end]] == 0:
-            return ERR_LABEL, line_no, row, nz, max_index, repeats, pos, _token_end(buf, pos)
+            return ERR_LABEL, line_no, row, nz, max_index, repeats, pos, _token_end(buf, pos), ones
         if not np.isfinite(label):
-            return ERR_LABEL_INF, line_no, row, nz, max_index, repeats, pos, end
+            return ERR_LABEL_INF, line_no, row, nz, max_index, repeats, pos, end, ones
         if row >= cap_rows:
-            return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos
+            return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones
         pos = end
         row_start = nz
         while True:
             while _CLASS[buf[pos]] == 1:
                 pos += 1
-            k = _CLASS[buf[pos]]
-            if k != 0:
+            if _CLASS[buf[pos]] != 0:
                 while _CLASS[buf[pos]] != 2:
                     pos += 1
                 break
             start = pos
             c = buf[pos]
             if c == 45:
-                return ERR_INDEX_NEG, line_no, row, nz, max_index, repeats, start, _token_end(buf, start)
+                return ERR_INDEX_NEG, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
             idx = 0
-            while 48 <= c <= 57:
-                if idx <= INT32_MAX:
-                    idx = idx * 10 + (c - 48)
+            while 48 <= c <= 57:  # no overflow check per digit: a long index is redone
+                idx = idx * 10 + (c - 48)
                 pos += 1
                 c = buf[pos]
+            if pos - start > MAX_INDEX_DIGITS:
+                idx = _long_index(buf, start, pos)
             if pos == start:
                 code = ERR_INDEX_MISSING if c == 58 else ERR_INDEX
-                return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start)
+                return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
             if c != 58 and _CLASS[c] == 0:
-                return ERR_INDEX, line_no, row, nz, max_index, repeats, start, _token_end(buf, start)
+                return ERR_INDEX, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
             if idx > INT32_MAX:
-                return ERR_INDEX_RANGE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start)
+                return ERR_INDEX_RANGE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
             value = np.float32(1.0)
             if c == 58:
                 pos += 1
@@ -325,49 +305,132 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
                     pos += 1
                 else:
                     if _CLASS[buf[pos]] != 0:
-                        return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos
+                        return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos, ones
                     ok, number, end = parse_number(buf, pos)
                     if not ok or _CLASS[buf[end]] == 0:
-                        return ERR_VALUE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start)
+                        return ERR_VALUE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
                     if not abs(number) <= FLOAT32_MAX:
-                        return ERR_VALUE_INF, line_no, row, nz, max_index, repeats, start, end
+                        return ERR_VALUE_INF, line_no, row, nz, max_index, repeats, start, end, ones
                     value = np.float32(number)
+                    ones &= value == 1
                     pos = end
             if value != 0:
                 if nz >= cap_nz:
-                    return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos
-                if not fill_values and value != 1:
-                    return NEED_VALUES, line_no, row, nz, max_index, repeats, line_start, pos
+                    return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones
                 if idx > max_index:
                     max_index = idx
                 indices[nz] = idx
-                if fill_values:
-                    values[nz] = value
+                values[nz] = value
                 nz += 1
-        _sort_row(indices, values, row_start, nz, fill_values)
-        repeated = False
+        increasing = True  # rows mostly come sorted, without repeats: one check for both
         for j in range(row_start + 1, nz):
-            if indices[j] == indices[j - 1]:
-                repeated = True
-                break
-        if repeated:
-            if not fill_values:
-                return NEED_VALUES, line_no, row, nz, max_index, repeats, line_start, pos
-            nz = _sum_repeats(indices, values, row_start, nz)
-            if nz < 0:
-                return ERR_SUM_INF, line_no, row, row_start, max_index, repeats, line_start, pos
-            repeats += 1
+            increasing &= indices[j - 1] < indices[j]
+        if not increasing:
+            _sort_row(indices, values, row_start, nz)
+            repeated = False
+            for j in range(row_start + 1, nz):
+                if indices[j] == indices[j - 1]:
+                    repeated = True
+                    break
+            if repeated:
+                nz = _sum_repeats(indices, values, row_start, nz)
+                if nz < 0:
+                    return ERR_SUM_INF, line_no, row, row_start, max_index, repeats, line_start, pos, ones
+                repeats += 1
+                ones = False  # sums may be 1 too: the caller checks the values at the end
         labels[row] = label
         row += 1
         indptr[row] = nz_base + nz
         pos = _next_line(buf, pos, n)
-    return OK, line_no, row, nz, max_index, repeats, 0, 0
+    return OK, line_no, row, nz, max_index, repeats, 0, 0, ones
 
 
-@njit(cache=True)
-def occurrences(indices, length):
-    """n_i for ids below ``length``: rows holding feature i (one entry per id a row)."""
-    counts = np.zeros(length, dtype=np.int32)
-    for k in range(indices.shape[0]):
-        counts[indices[k]] += 1
-    return counts
+@njit(cache=True, nogil=True)
+def split_lines(buf, n, part_bytes):
+    """Cuts 0 = c_0 <= c_1 <= ... <= c_P = n of ``buf[:n]`` (whole lines) into
+    parts of about ``part_bytes``; each cut is just after a line end, never
+    between the CR and LF of a CRLF (a part may be empty)."""
+    parts = max(1, (n + part_bytes - 1) // part_bytes)
+    cuts = np.empty(parts + 1, dtype=np.int64)
+    cuts[0] = 0
+    for p in range(1, parts):
+        q = max(p * (n // parts), cuts[p - 1], 1)
+        while q < n:
+            c = buf[q - 1]
+            if c == LF or (c == CR and buf[q] != LF):
+                break
+            q += 1
+        cuts[p] = min(q, n)
+    cuts[parts] = n
+    return cuts
+
+
+def scratch_sizes(n, parts):
+    """(rows, indptr, entries) lengths of parse_parts' scratch arrays for ``n`` bytes."""
+    return n // 2 + parts + 1, n // 2 + 2 * parts + 2, n // 2 + parts + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _region(cuts, p):
+    """(first row, first indptr entry, first entry, capacity) of part p in the scratch arrays.
+
+    A row needs at least 2 bytes (label, line end), an entry at least 2 (blank,
+    index): part p holds at most len/2 of each, and floor(b/2) - floor(a/2) >=
+    floor((b - a)/2) keeps the regions apart.
+    """
+    a, b = cuts[p], cuts[p + 1]
+    first = a // 2 + p
+    return first, first + p, first, (b - a) // 2 + 1
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def parse_parts(buf, cuts, labels, indptr, indices, values):
+    """``parse_block`` on every part at once, into its scratch region; lines
+    counted from 0 in each part, error spans as offsets into ``buf``.
+    Returns one row of ``R_*`` fields per part."""
+    parts = cuts.shape[0] - 1
+    results = np.zeros((parts, N_RESULTS), dtype=np.int64)
+    for p in prange(parts):
+        a, b = cuts[p], cuts[p + 1]
+        r0, i0, z0, cap = _region(cuts, p)
+        indptr[i0] = 0
+        code, lines, rows, nz, mx, rep, e0, e1, ones = parse_block(
+            buf[a:b], b - a, 0, 0, labels[r0:r0 + cap], indptr[i0:i0 + cap + 1],
+            indices[z0:z0 + cap], values[z0:z0 + cap])
+        results[p, R_CODE] = code
+        results[p, R_LINES] = lines
+        results[p, R_ROWS] = rows
+        results[p, R_NZ] = nz
+        results[p, R_MAX_INDEX] = mx
+        results[p, R_REPEATS] = rep
+        results[p, R_ERR_START] = a + e0
+        results[p, R_ERR_END] = a + e1
+        results[p, R_ONES] = ones
+    return results
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def join_parts(cuts, results, s_labels, s_indptr, s_indices, s_values, row0, nz0,
+               labels, indptr, indices, values):
+    """Copy every part's rows from the scratch arrays to ``labels[row0:]``,
+    ``indptr[row0 + 1:]`` (shifted to ``nz0`` plus the entries before the
+    part) and ``indices[nz0:]``; ``values`` too unless it is empty."""
+    parts = cuts.shape[0] - 1
+    row_at = np.zeros(parts + 1, dtype=np.int64)
+    nz_at = np.zeros(parts + 1, dtype=np.int64)
+    for p in range(parts):
+        row_at[p + 1] = row_at[p] + results[p, R_ROWS]
+        nz_at[p + 1] = nz_at[p] + results[p, R_NZ]
+    with_values = values.shape[0] > 0
+    for p in prange(parts):
+        r0, i0, z0, _ = _region(cuts, p)
+        rows, nz = results[p, R_ROWS], results[p, R_NZ]
+        out_row, out_nz = row0 + row_at[p], nz0 + nz_at[p]
+        for k in range(rows):
+            labels[out_row + k] = s_labels[r0 + k]
+            indptr[out_row + k + 1] = out_nz + s_indptr[i0 + k + 1]
+        for k in range(nz):
+            indices[out_nz + k] = s_indices[z0 + k]
+        if with_values:
+            for k in range(nz):
+                values[out_nz + k] = s_values[z0 + k]

@@ -5,10 +5,10 @@ standard input; ``.gz``, ``.bz2`` and ``.xz`` are decompressed by extension) in,
 a :class:`Dataset` out. Every input is opened once and read once, front to
 back, so pipes, process substitutions, FIFOs and character devices read like
 files and nothing is spooled to disk. Parsing itself is the numba kernel in
-:mod:`rafmcli.io.parse_kernel`; this module cuts the stream into blocks of
-whole lines, sizes each block's arrays by the kernel's count, joins the
-blocks, turns error codes into ``FILE:LINE: what (token)`` and keeps the
-binary cache of regular files.
+:mod:`rafmcli.io.parse_kernel`, on every core; this module cuts the stream
+into blocks of whole lines, has each block parsed in parts and joined to the
+file's arrays, turns error codes into ``FILE:LINE: what (token)`` and keeps
+the binary cache of regular files.
 """
 
 import bz2
@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rafmcli import threads
 from rafmcli.errors import InputError, printable
 
 BLOCK_BYTES = 16 << 20
+PART_BYTES = 1 << 20  # a block is parsed in parts of about this size, in parallel
+THREADS = None  # threads that parse; None: every available core (the result is the same)
 MAX_LINE_BYTES = 256 << 20
 PROGRESS_MIN_BYTES = 8 << 20
 TOKEN_CHARS = 60
@@ -106,11 +109,9 @@ def feature_counts(indices, max_index):
     if max_index < 0 or indices.shape[0] == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     if max_index < max(1 << 22, 2 * indices.shape[0]):
-        from rafmcli.io.parse_kernel import occurrences
+        from rafmcli.kernels.counting import nonzero_counts, occurrences
 
-        counts = occurrences(indices, max_index + 1)
-        ids = np.flatnonzero(counts)
-        return ids.astype(np.int32), counts[ids].astype(np.int64)
+        return nonzero_counts(occurrences(indices, max_index + 1))
     ids, counts = np.unique(indices, return_counts=True)
     return ids.astype(np.int32), counts.astype(np.int64)
 
@@ -233,11 +234,11 @@ def _error(name, code, line_no, span):
 class _Arrays:
     """The file's CSR arrays, filled block by block.
 
-    Before each block, ``reserve`` makes room for the lines and tokens
-    ``count_block`` found in it. Capacity grows geometrically by copying,
-    towards ``expected`` times what the first blocks needed when the input's
-    size is known (``expected`` = total bytes / bytes so far); unused
-    capacity is never written, so it costs address space, not memory.
+    After each block is parsed, ``reserve`` makes room for its rows and
+    entries. Capacity grows geometrically by copying, towards ``expected``
+    times what the first blocks needed when the input's size is known
+    (``expected`` = total bytes / bytes so far); unused capacity is never
+    written, so it costs address space, not memory.
     """
 
     def __init__(self):
@@ -258,9 +259,9 @@ class _Arrays:
         grown[:keep] = array[:keep]
         return grown
 
-    def reserve(self, lines, tokens, with_values, expected=1.0):
-        """Room for ``lines`` more rows and ``tokens`` more entries (and values if asked)."""
-        rows, nz = self.rows + lines, self.nz + tokens
+    def reserve(self, rows, entries, with_values, expected=1.0):
+        """Room for ``rows`` more rows and ``entries`` more entries (and values if asked)."""
+        rows, nz = self.rows + rows, self.nz + entries
         self.labels = self._grown(self.labels, rows, expected, self.rows)
         self.indptr = self._grown(self.indptr, rows + 1, expected, self.rows + 1)
         self.indices = self._grown(self.indices, nz, expected, self.nz)
@@ -270,39 +271,62 @@ class _Arrays:
         elif self.values is not None:
             self.values = self._grown(self.values, self.indices.shape[0], 1.0, self.nz, exact=True)
 
-    def parse(self, buf, n, line_no):
-        """``parse_block`` into the free tails; returns its result."""
-        from rafmcli.io.parse_kernel import parse_block
-
-        values = self.values[self.nz:] if self.values is not None else np.empty(0, dtype=np.float32)
-        return parse_block(buf, n, line_no, self.nz, self.labels[self.rows:], self.indptr[self.rows:],
-                           self.indices[self.nz:], values)
-
     def final(self):
         """(labels, indptr, indices, values or None), exactly as long as the data."""
         values = None if self.values is None else self.values[:self.nz]
         return self.labels[:self.rows], self.indptr[:self.rows + 1], self.indices[:self.nz], values
 
 
-def _parse_block(arrays, buf, n, line_no, name, expected):
-    """Count, then fill, one block; returns (lines, max_index, rows with repeats)."""
-    from rafmcli.io.parse_kernel import ERR_FULL, NEED_VALUES, count_block
+def _parse_threads(parts):
+    """Threads for ``parts`` parts of work: one part never wakes a second thread."""
+    return min(THREADS or threads.available_cores(), parts)
 
-    lines, tokens, ones = count_block(buf, n)
-    arrays.reserve(lines, tokens, not ones, expected)
-    result = arrays.parse(buf, n, line_no)
-    if result[0] == NEED_VALUES:
-        arrays.reserve(lines, tokens, True)
-        result = arrays.parse(buf, n, line_no)
-    code, end_line, rows, nz, max_index, repeats, a, b = result
-    if code == ERR_FULL:
-        raise AssertionError(f"parse_block overran the counts of its own block (line {end_line})")
-    if code:
-        raise _error(name, code, end_line, bytes(buf[a:b]))
-    assert end_line == line_no + lines, "count_block and parse_block disagree on line ends"
+
+class _Scratch:
+    """parse_parts' scratch arrays, kept from block to block (see parse_kernel)."""
+
+    def __init__(self):
+        self.arrays = None
+
+    def get(self, n, parts):
+        from rafmcli.io.parse_kernel import scratch_sizes
+
+        rows, ptr, entries = scratch_sizes(n, parts)
+        if self.arrays is None or self.arrays[1].shape[0] < ptr or self.arrays[2].shape[0] < entries:
+            self.arrays = (np.empty(rows, dtype=np.float64), np.empty(ptr, dtype=np.int64),
+                           np.empty(entries, dtype=np.int32), np.empty(entries, dtype=np.float32))
+        return self.arrays
+
+
+def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
+    """Parse one block in parts on every core and join it to ``arrays``.
+
+    Returns (lines, max_index, rows with repeats).
+    """
+    from rafmcli.io import parse_kernel as K
+
+    cuts = K.split_lines(buf, n, PART_BYTES)
+    parts = scratch.get(n, cuts.shape[0] - 1)
+    with threads.using(_parse_threads(cuts.shape[0] - 1)):
+        results = K.parse_parts(buf, cuts, *parts)
+    failed = np.flatnonzero(results[:, K.R_CODE])
+    if failed.shape[0]:
+        p = failed[0]
+        code, a, b = results[p, K.R_CODE], results[p, K.R_ERR_START], results[p, K.R_ERR_END]
+        line = line_no + int(results[:p, K.R_LINES].sum()) + int(results[p, K.R_LINES])
+        if code == K.ERR_FULL:
+            raise AssertionError(f"parse_block overran its part (line {line})")
+        raise _error(name, code, line, bytes(buf[a:b]))
+    rows, nz = int(results[:, K.R_ROWS].sum()), int(results[:, K.R_NZ].sum())
+    arrays.reserve(rows, nz, not results[:, K.R_ONES].all(), expected)
+    values = arrays.values if arrays.values is not None else np.empty(0, dtype=np.float32)
+    with threads.using(_parse_threads(cuts.shape[0] - 1)):
+        K.join_parts(cuts, results, *parts, arrays.rows, arrays.nz, arrays.labels, arrays.indptr,
+                     arrays.indices, values)
     arrays.rows += rows
     arrays.nz += nz
-    return lines, max_index, repeats
+    return (int(results[:, K.R_LINES].sum()), int(results[:, K.R_MAX_INDEX].max()),
+            int(results[:, K.R_REPEATS].sum()))
 
 
 def _parse(source, name, progress=False, desc="reading"):
@@ -316,7 +340,7 @@ def _parse(source, name, progress=False, desc="reading"):
 
         def on_block():
             bar.update(source.raw.tell() - bar.n)
-    arrays = _Arrays()
+    arrays, scratch = _Arrays(), _Scratch()
     line_no = repeats = 0
     max_index = -1
     try:
@@ -326,7 +350,7 @@ def _parse(source, name, progress=False, desc="reading"):
                     expected = 1.0
                     if source.regular:  # total bytes / bytes so far, compressed or not
                         expected = max(source.status.st_size / max(source.raw.tell(), 1), 1.0)
-                    lines, mx, rep = _parse_block(arrays, buf, n, line_no, name, expected)
+                    lines, mx, rep = _parse_block(arrays, scratch, buf, n, line_no, name, expected)
                     line_no += lines
                     max_index = max(max_index, mx)
                     repeats += rep
@@ -350,7 +374,8 @@ def _parse(source, name, progress=False, desc="reading"):
     labels, indptr, indices, values = arrays.final()
     if values is not None and np.all(values == 1):
         values = None
-    ids, counts = feature_counts(indices, max_index)
+    with threads.using(_parse_threads(indices.shape[0] // PART_BYTES + 1)):
+        ids, counts = feature_counts(indices, max_index)
     return Dataset(name, labels, indptr, indices, values, ids, counts, repeats)
 
 

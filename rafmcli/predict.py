@@ -13,16 +13,16 @@ def kernel_rows(model, data):
     Returns (indptr, indices, values, unseen occurrences, unseen distinct ids);
     ``values`` is empty when every value is 1.
     """
-    internal = internal_indices(model, data.indices)
-    keep = internal >= 0
-    values = data.values if data.values is not None else np.empty(0, dtype=np.float32)
-    if keep.all():
-        return np.asarray(data.indptr), internal, np.asarray(values), 0, 0
-    kept = np.concatenate([[0], np.cumsum(keep)])
-    indptr = kept[np.asarray(data.indptr)]
-    unseen_ids = np.unique(np.asarray(data.indices)[~keep]).shape[0]
-    values = values[keep] if values.shape[0] else values
-    return indptr, internal[keep], values, int((~keep).sum()), unseen_ids
+    from rafmcli.kernels.counting import distinct_count
+    from rafmcli.kernels.rows import drop_unseen
+
+    internal, misses = internal_indices(model, data.indices)
+    values = np.asarray(data.values if data.values is not None else np.empty(0, dtype=np.float32))
+    if not misses:
+        return np.asarray(data.indptr), internal, values, 0, 0
+    indptr, internal, values, unseen = drop_unseen(np.asarray(data.indptr), internal, values,
+                                                   np.asarray(data.indices))
+    return indptr, internal, values, misses, int(distinct_count(unseen, int(unseen.max()) + 1))
 
 
 def finish(model, scores):
@@ -77,8 +77,19 @@ def _mean(arrays):
     return total / count
 
 
+def refuse_nan(name, values):
+    """Raise InputError if any prediction of the rows of ``name`` is NaN: no such line is written."""
+    bad = np.flatnonzero(np.isnan(values))
+    if bad.shape[0]:
+        from rafmcli.errors import InputError, printable
+
+        raise InputError(f"{printable(name)}: the model predicts NaN for {bad.shape[0]:,} rows (first: row "
+                         f"{bad[0] + 1:,}); its scores overflow")
+
+
 def predict_dataset(model, data, raw=False):
-    """Predictions (margins when ``raw``) and the unseen-feature counts for a Dataset."""
+    """Predictions (margins when ``raw``) and the unseen-feature counts for a Dataset; NaN is an error."""
     rows = kernel_rows(model, data)
     values = margin_rows(model, rows) if raw else predict_rows(model, rows)
+    refuse_nan(data.path, values)
     return Predictions(values, rows[3], rows[4])

@@ -315,7 +315,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     from rafmcli.errors import DivergedError
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
-    from rafmcli.predict import kernel_rows, predict_dataset
+    from rafmcli.predict import kernel_rows, predict_dataset, refuse_nan
     from rafmcli.solvers.sgd import train as run_training
 
     with Outputs(commit_on=DivergedError) as outputs:  # a diverged run keeps its log: it shows how
@@ -347,8 +347,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         if test_data is not None:
             if chain_predictions is not None:  # mcmc: the average over the whole chain
                 predictions, (unseen, distinct) = chain_predictions, kernel_rows(model, test_data)[3:]
+                refuse_nan(test, predictions)
             else:
                 predictions, unseen, distinct = predict_dataset(model, test_data)
             if not quiet:
                 warn_unseen(test, unseen, distinct)
-            outputs.write(out, functools.partial(format_predictions, predictions=predictions))
+            outputs.write(out, functools.partial(format_predictions, predictions=predictions), binary=True)

@@ -126,3 +126,28 @@ def distinct_values(values, limit):
             seen[k] = x
             k += 1
     return np.sort(seen[:k]), True
+
+
+def distinct_count(ids, length):
+    """How many distinct values ``ids`` holds, all below ``length``."""
+    return _distinct_count(ids, length, numba.get_num_threads())
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _distinct_count(ids, length, threads):
+    """Each worker owns a contiguous range of ids (as in ``_occurrences``) and
+    counts the first sighting of each."""
+    seen = np.zeros(length, dtype=np.uint8)
+    found = np.zeros(threads, dtype=np.int64)
+    for t in prange(threads):
+        lo = t * length // threads
+        span = np.uint32((t + 1) * length // threads - lo)
+        mine = seen[lo:]
+        first = 0
+        for k in range(ids.shape[0]):
+            u = np.uint32(ids[k] - lo)
+            if u < span and mine[u] == 0:
+                mine[u] = 1
+                first += 1
+        found[t] = first
+    return found.sum()

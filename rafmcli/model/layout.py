@@ -124,8 +124,7 @@ def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_ra
                   np.zeros(ids.shape[0], dtype=np.float32), np.empty(0, dtype=np.float32),
                   float(target_range[0]), float(target_range[1]))
     n_factors = check_fits(model)
-    model.V = aligned_zeros(n_factors, np.float32)
-    model.V[:] = rng.normal(0.0, init_stdev, n_factors)
+    model.V = normal_factors(n_factors, init_stdev, rng)
     return model
 
 
@@ -159,13 +158,13 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     and factors ~ N(0, init_stdev). Optimizer state moves with its parameters
     and starts at zero for the new features. The target range is the union.
     """
-    new = internal_indices(model, feature_ids) < 0
+    new = internal_indices(model, feature_ids)[0] < 0
     ids = np.concatenate([model.feature_ids, np.asarray(feature_ids, dtype=np.int32)[new]])
     lv = np.concatenate([model.levels, np.asarray(levels, dtype=np.int8)[new]])
     grown = build(model.kind, model.task, model.ranks, ids, lv, init_stdev, rng, model.w0,
                   (min(model.target_min, target_range[0]), max(model.target_max, target_range[1])))
     grown.info, grown.vocabulary = dict(model.info), model.vocabulary
-    pos = internal_indices(grown, model.feature_ids).astype(np.int64)
+    pos = internal_indices(grown, model.feature_ids)[0].astype(np.int64)
 
     def move_rows(old_flat, new_flat):
         for level in range(1, len(model.ranks) + 1):
@@ -191,21 +190,36 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     return grown
 
 
+def normal_factors(n, stdev, rng):
+    """``n`` float32 draws of N(0, stdev^2), cache-line aligned, drawn on every core
+    (kernels/random.py) from one draw of ``rng``: the same for any number of threads."""
+    from rafmcli import threads
+    from rafmcli.kernels.random import fill_normal
+
+    V = aligned_zeros(n, np.float32)
+    with threads.using(threads.available_cores()):
+        fill_normal(V, stdev, int(rng.integers(2**63)))
+    return V
+
+
 def internal_indices(model, ids):
-    """Map original feature ids to internal ones; -1 where the model never saw the id."""
+    """(internal ids of the original ``ids``, -1 where the model never saw one; how many are -1).
+
+    A lookup table over the model's id range (kernels/rows.py) unless that
+    range is sparse and far larger than ``ids`` (then a binary search).
+    """
     ids = np.asarray(ids)
     known = model.feature_ids
     if known.shape[0] == 0:
-        return np.full(ids.shape, -1, dtype=np.int32)
+        return np.full(ids.shape, -1, dtype=np.int32), ids.shape[0]
     top = int(known.max())
     if top < max(1 << 24, 4 * ids.shape[0]):
-        table = np.full(top + 1, -1, dtype=np.int32)
-        table[known] = np.arange(known.shape[0], dtype=np.int32)
-        out = np.full(ids.shape, -1, dtype=np.int32)
-        inside = ids <= top
-        out[inside] = table[ids[inside]]
-        return out
+        from rafmcli.kernels.rows import id_table, map_ids
+
+        internal, misses = map_ids(ids, id_table(known, top + 1))
+        return internal, int(misses)
     order = np.argsort(known)
     sorted_ids = known[order]
     pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.shape[0] - 1)
-    return np.where(sorted_ids[pos] == ids, order[pos], -1).astype(np.int32)
+    internal = np.where(sorted_ids[pos] == ids, order[pos], -1).astype(np.int32)
+    return internal, int((internal < 0).sum())

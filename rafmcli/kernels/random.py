@@ -1,0 +1,100 @@
+"""Normal draws for initialising factors, float32, on every core, reproducible.
+
+Doornik's ziggurat (``An Improved Ziggurat Method to Generate Normal Random
+Samples'', 2005; 128 layers, the layer index and the uniform from disjoint
+bits of one 64-bit draw) on SplitMix64 streams (Steele, Lea and Flood 2014).
+The output is cut into chunks of ``CHUNK`` values; chunk c draws from its own
+stream, started from a hash of (key, c), so the values depend on the key
+only, never on the number of threads.
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+CHUNK = 1 << 16
+LAYERS = 128
+_R = 3.442619855899  # start of the tail
+_AREA = 9.91256303526217e-3  # of every layer
+
+
+def _tables():
+    """x_0 > x_1 = R > ... > x_127 > x_128 = 0, the layers' right edges, and x_{i+1} / x_i."""
+    x = np.zeros(LAYERS + 1)
+    x[0] = _AREA / math.exp(-0.5 * _R * _R)
+    x[1] = _R
+    for i in range(2, LAYERS):
+        x[i] = math.sqrt(-2.0 * math.log(_AREA / x[i - 1] + math.exp(-0.5 * x[i - 1] ** 2)))
+    return x, x[1:] / x[:-1]
+
+
+_X, _RATIO = _tables()
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_ULP = 2.0**-52
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mix(z):
+    """SplitMix64's output function (a bijection of uint64)."""
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _uniform(state):
+    """(next state, uniform in (0, 1])."""
+    state += _GOLDEN
+    return state, ((_mix(state) >> np.uint64(11)) + np.uint64(1)) * 2.0**-53
+
+
+@njit(cache=True, nogil=True)
+def _normal_slow(state, i, u):
+    """The ziggurat's rare cases for a draw (layer i, u) outside layer i's rectangle:
+    (next state, the normal draw), drawing afresh when the wedge rejects."""
+    while True:
+        if i == 0:  # the tail beyond R (Marsaglia's method)
+            while True:
+                state, a = _uniform(state)
+                state, b = _uniform(state)
+                x = -math.log(a) / _R
+                if -2.0 * math.log(b) >= x * x:
+                    return state, (_R + x) if u >= 0 else -(_R + x)
+        x = u * _X[i]
+        f0 = math.exp(-0.5 * (_X[i] * _X[i] - x * x))
+        f1 = math.exp(-0.5 * (_X[i + 1] * _X[i + 1] - x * x))
+        state, a = _uniform(state)
+        if f1 + a * (f0 - f1) < 1.0:
+            return state, x
+        state, i, u = _draw(state)
+        if abs(u) < _RATIO[i]:
+            return state, u * _X[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _draw(state):
+    """(next state, layer i, u in [-1, 1)) from one 64-bit output, i and u from disjoint bits."""
+    state += _GOLDEN
+    bits = _mix(state)
+    u = np.int64(bits >> np.uint64(11)) * _ULP - 1.0  # int64: a fast conversion to float
+    return state, np.int64(bits & np.uint64(LAYERS - 1)), u
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def fill_normal(out, stdev, key):
+    """out[:] = N(0, stdev^2) draws; chunk c of CHUNK values from the stream of (key, c)."""
+    n = out.shape[0]
+    chunks = (n + CHUNK - 1) // CHUNK
+    scale = np.float32(stdev)
+    for c in prange(chunks):
+        state = _mix(np.uint64(key) ^ _mix(np.uint64(c) * _GOLDEN + _GOLDEN))
+        for k in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
+            state, i, u = _draw(state)
+            if abs(u) < _RATIO[i]:
+                z = u * _X[i]
+            else:
+                state, z = _normal_slow(state, i, u)
+            out[k] = np.float32(z) * scale

@@ -1,0 +1,94 @@
+"""Prediction output at stream speed (issue 11): the numba writer's bytes are
+C's %.9g for any float, NaN is never written, and unseen features are
+counted in O(non-zeros) exactly as a plain count does."""
+
+import io
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli.cli import main
+from rafmcli.io import output
+from rafmcli.io.reader import Dataset
+from rafmcli.model import files as model_files
+from rafmcli.model.layout import build
+from rafmcli.predict import kernel_rows
+
+
+def printf(values):
+    """The reference: Python's %-formatting is C's printf (correctly rounded, half to even)."""
+    return b"".join(b"%.9g\n" % v for v in values.tolist())
+
+
+def written(values):
+    fh = io.BytesIO()
+    output.format_predictions(fh, values)
+    return fh.getvalue()
+
+
+def extremes(rng, n):
+    """Random doubles of every magnitude and sign, exact ties at the 9th digit,
+    powers of ten and their neighbours, zeros, denormals, infinities."""
+    bits = rng.integers(0, 2**63 - 2**52, n, dtype=np.int64).view(np.float64)  # every finite double >= 0
+    ties = (rng.integers(10**8, 10**9, n) + 0.5) * 2.0 ** rng.integers(-40, 40, n)
+    p10 = 10.0 ** np.arange(-323, 309)
+    special = [0.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, np.inf, 1e-5, 1e-4,
+               9.99999999e-5, 9.999999995e-5, 999999999.5, 999999998.5, 99999999.5, 1e9, 123456789.0]
+    values = np.concatenate([bits, ties, rng.random(n), np.exp(rng.uniform(-40, 40, n)), p10,
+                             np.nextafter(p10, 0), np.nextafter(p10, np.inf), special])
+    return values * rng.choice([-1.0, 1.0], values.shape[0])
+
+
+def test_writer_bytes_are_printf_g9(monkeypatch):
+    rng = np.random.default_rng(11)
+    values = extremes(rng, 20_000)
+    assert written(values) == printf(values)
+    monkeypatch.setattr(output, "FORMAT_BATCH", 1000)  # several batches, many chunks each
+    monkeypatch.setattr(output, "FORMAT_CHUNK", 37)
+    values = rng.permutation(values)
+    assert written(values) == printf(values)
+    assert written(np.array([-0.0, 0.0])) == b"-0\n0\n" and written(np.zeros(0)) == b""
+
+
+def test_nan_is_never_written():
+    fh = io.BytesIO()
+    with pytest.raises(ValueError, match="1 predictions are NaN"):
+        output.format_predictions(fh, np.array([0.5, np.nan, 2.0]))
+    assert fh.getvalue() == b""
+
+
+def test_a_model_predicting_nan_writes_nothing(tmp_path, sample):
+    """Factors whose sums overflow float32 give NaN scores: exit 2, no prediction file."""
+    model_path, out = tmp_path / "m.rafm", tmp_path / "p.txt"
+    train = ["train", "--task", "r", "--model", "fm", "--dim", "4", "--iter", "1", "--quiet",
+             "--train", sample("regression.train"), "--save-model", str(model_path)]
+    assert CliRunner().invoke(main, train).exit_code == 0
+    model = model_files.load(str(model_path))
+    model.V[:] = 3e38
+    model_files.save(model, str(model_path))
+    result = CliRunner().invoke(main, ["predict", "--model", str(model_path), "--out", str(out),
+                                       sample("regression.test")])
+    assert result.exit_code == 2, result.output
+    assert "the model predicts NaN for 600 rows (first: row 1)" in result.stderr
+    assert not out.exists()
+
+
+def test_unseen_features_counted_as_a_plain_count_does():
+    rng = np.random.default_rng(3)
+    known = rng.choice(5000, 700, replace=False)
+    model = build("fm", "r", (4,), known, np.ones(700), 0.1, rng, 0.0, (0, 1))
+    lengths = rng.integers(0, 12, 3000)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, 6000, indptr[-1]).astype(np.int32)
+    values = rng.random(indptr[-1]).astype(np.float32)
+    data = Dataset("d", np.zeros(3000), indptr, indices, values, np.zeros(0, np.int32), np.zeros(0))
+    ptr, idx, val, unseen, distinct = kernel_rows(model, data)
+    seen = np.isin(indices, known)
+    assert unseen == (~seen).sum() and distinct == np.unique(indices[~seen]).shape[0]
+    position = {int(i): j for j, i in enumerate(model.feature_ids)}
+    for r in range(3000):
+        a, b = indptr[r], indptr[r + 1]
+        keep = seen[a:b]
+        assert idx[ptr[r]:ptr[r + 1]].tolist() == [position[int(i)] for i in indices[a:b][keep]]
+        np.testing.assert_array_equal(val[ptr[r]:ptr[r + 1]], values[a:b][keep])

@@ -21,7 +21,6 @@ median and range; rows/s is the file's rows over the whole command:
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 

@@ -15,7 +15,6 @@ cast to float32 (what rafm did before), with the peak memory of each.
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 

@@ -1,7 +1,18 @@
-"""How many threads rafm's numba kernels run on."""
+"""How many threads rafm's numba kernels run on, and running a kernel over
+ranges of work on several threads.
 
-import contextlib
+Kernels that split into independent ranges (parsing parts of a block,
+formatting chunks of predictions, counting ranges of ids) are compiled as
+plain ``nogil`` functions of a range ``lo, hi`` and spread over a few Python
+threads by :func:`spread`: unlike ``parallel=True`` kernels they load from
+numba's cache in milliseconds, and one range runs without waking a thread.
+"""
+
 import os
+import threading
+
+_POOL = {"size": 0, "executor": None}
+_POOL_LOCK = threading.Lock()
 
 
 def available_cores():
@@ -12,14 +23,35 @@ def available_cores():
         return max(1, os.cpu_count() or 1)
 
 
-@contextlib.contextmanager
-def using(n):
-    """Run the numba kernels called inside on ``n`` threads (at most numba's pool)."""
-    import numba
+def _executor(workers):
+    from concurrent.futures import ThreadPoolExecutor
 
-    saved = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    with _POOL_LOCK:
+        if _POOL["size"] < workers:
+            if _POOL["executor"] is not None:
+                _POOL["executor"].shutdown(wait=False)
+            _POOL["executor"] = ThreadPoolExecutor(workers, thread_name_prefix="rafm")
+            _POOL["size"] = workers
+        return _POOL["executor"]
+
+
+def spread(kernel, items, *args, threads=None):
+    """``kernel(lo, hi, *args)`` over contiguous ranges covering ``range(items)``,
+    one range per thread (``threads``, default every available core, at most
+    ``items``); the calling thread runs the first range itself.
+
+    ``kernel`` must release the GIL (``nogil=True``) and write only what its
+    range owns. Returns the ranges' results in order.
+    """
+    n = max(1, min(threads or available_cores(), items))
+    bounds = [t * items // n for t in range(n + 1)]
+    if n == 1:
+        return [kernel(0, items, *args)]
+    from concurrent.futures import wait
+
+    futures = [_executor(n - 1).submit(kernel, bounds[t], bounds[t + 1], *args) for t in range(1, n)]
     try:
-        yield
+        first = kernel(bounds[0], bounds[1], *args)
     finally:
-        numba.set_num_threads(saved)
+        wait(futures)  # no range still writes when this returns, whatever happened
+    return [first] + [f.result() for f in futures]

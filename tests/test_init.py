@@ -3,7 +3,6 @@ same for any number of threads, with the normal law's moments and tails."""
 
 import math
 
-import numba
 import numpy as np
 
 from rafmcli.kernels.random import CHUNK, fill_normal
@@ -12,12 +11,7 @@ from rafmcli.model.layout import build
 
 def draws(n, stdev, key, threads):
     out = np.empty(n, dtype=np.float32)
-    saved = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        fill_normal(out, stdev, key)
-    finally:
-        numba.set_num_threads(saved)
+    fill_normal(out, stdev, key, threads)
     return out
 
 

@@ -354,8 +354,7 @@ def format_predictions(fh, predictions):
         part = values[start:start + FORMAT_BATCH]
         chunks = min(64, part.shape[0] // FORMAT_CHUNK + 1)
         ends = np.empty(chunks, dtype=np.int64)
-        with threads.using(min(chunks, threads.available_cores())):
-            format_lines(part, chunks, out, ends)
+        threads.spread(format_lines, chunks, part, chunks, out, ends)
         stride = (part.shape[0] // chunks + 1) * LINE_MAX
         for c in range(chunks):
             fh.write(out[c * stride:ends[c]])

@@ -15,9 +15,10 @@ parsed on every core in three steps:
 
 * ``split_lines`` cuts the block into parts of about ``part_bytes``, each
   ending just after a line end (never inside a CRLF);
-* ``parse_parts`` runs ``parse_block`` on every part at once (``prange``),
-  each into its own region of scratch arrays sized from its bytes (a row
-  takes at least 2 bytes, an entry at least 2), numbering lines from 0;
+* ``parse_parts`` runs ``parse_block`` on parts, ranges of them on several
+  threads at once (``threads.spread``), each part into its own region of
+  scratch arrays sized from its bytes (a row takes at least 2 bytes, an
+  entry at least 2), numbering lines from 0;
 * ``join_parts`` copies the parts' rows, in order, to the file's arrays
   (``indptr`` shifted by the entries before each part), again in parallel.
 
@@ -33,7 +34,7 @@ token (or line), which the caller turns into ``FILE:LINE: what (token)``.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 OK = 0
 ERR_LABEL = 1
@@ -383,14 +384,13 @@ def _region(cuts, p):
     return first, first + p, first, (b - a) // 2 + 1
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def parse_parts(buf, cuts, labels, indptr, indices, values):
-    """``parse_block`` on every part at once, into its scratch region; lines
-    counted from 0 in each part, error spans as offsets into ``buf``.
-    Returns one row of ``R_*`` fields per part."""
-    parts = cuts.shape[0] - 1
-    results = np.zeros((parts, N_RESULTS), dtype=np.int64)
-    for p in prange(parts):
+@njit(cache=True, nogil=True)
+def parse_parts(lo, hi, buf, cuts, labels, indptr, indices, values, results):
+    """``parse_block`` on parts lo..hi-1, each into its scratch region, lines
+    counted from 0 in each part, error spans as offsets into ``buf``; part
+    p's ``R_*`` fields go to ``results[p]``. Parts are independent: ranges
+    of them run on threads at once (``threads.spread``)."""
+    for p in range(lo, hi):
         a, b = cuts[p], cuts[p + 1]
         r0, i0, z0, cap = _region(cuts, p)
         indptr[i0] = 0
@@ -406,31 +406,23 @@ def parse_parts(buf, cuts, labels, indptr, indices, values):
         results[p, R_ERR_START] = a + e0
         results[p, R_ERR_END] = a + e1
         results[p, R_ONES] = ones
-    return results
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def join_parts(cuts, results, s_labels, s_indptr, s_indices, s_values, row0, nz0,
+@njit(cache=True, nogil=True)
+def join_parts(lo, hi, cuts, results, row_at, nz_at, s_labels, s_indptr, s_indices, s_values,
                labels, indptr, indices, values):
-    """Copy every part's rows from the scratch arrays to ``labels[row0:]``,
-    ``indptr[row0 + 1:]`` (shifted to ``nz0`` plus the entries before the
-    part) and ``indices[nz0:]``; ``values`` too unless it is empty."""
-    parts = cuts.shape[0] - 1
-    row_at = np.zeros(parts + 1, dtype=np.int64)
-    nz_at = np.zeros(parts + 1, dtype=np.int64)
-    for p in range(parts):
-        row_at[p + 1] = row_at[p] + results[p, R_ROWS]
-        nz_at[p + 1] = nz_at[p] + results[p, R_NZ]
+    """Copy the rows of parts lo..hi-1 from the scratch arrays to the file's
+    arrays: part p's rows from ``row_at[p]``, its entries from ``nz_at[p]``
+    (``indptr`` shifted to match); ``values`` too unless it is empty."""
     with_values = values.shape[0] > 0
-    for p in prange(parts):
+    for p in range(lo, hi):
         r0, i0, z0, _ = _region(cuts, p)
-        rows, nz = results[p, R_ROWS], results[p, R_NZ]
-        out_row, out_nz = row0 + row_at[p], nz0 + nz_at[p]
-        for k in range(rows):
+        out_row, out_nz = row_at[p], nz_at[p]
+        for k in range(results[p, R_ROWS]):
             labels[out_row + k] = s_labels[r0 + k]
             indptr[out_row + k + 1] = out_nz + s_indptr[i0 + k + 1]
-        for k in range(nz):
+        for k in range(results[p, R_NZ]):
             indices[out_nz + k] = s_indices[z0 + k]
         if with_values:
-            for k in range(nz):
+            for k in range(results[p, R_NZ]):
                 values[out_nz + k] = s_values[z0 + k]

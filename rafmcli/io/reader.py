@@ -17,6 +17,7 @@ import lzma
 import os
 import stat
 import sys
+import threading
 import zlib
 from dataclasses import dataclass, field
 
@@ -101,17 +102,18 @@ class Dataset:
         return self.values
 
 
-def feature_counts(indices, max_index):
+def feature_counts(indices, max_index, n_threads=None):
     """Distinct ids in ``indices`` and how many rows hold each (one entry per id a row).
 
-    ``max_index`` bounds the ids from above (-1 when there are none).
+    ``max_index`` bounds the ids from above (-1 when there are none);
+    ``n_threads`` count them (default: every available core).
     """
     if max_index < 0 or indices.shape[0] == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     if max_index < max(1 << 22, 2 * indices.shape[0]):
         from rafmcli.kernels.counting import nonzero_counts, occurrences
 
-        return nonzero_counts(occurrences(indices, max_index + 1))
+        return nonzero_counts(occurrences(indices, max_index + 1, n_threads))
     ids, counts = np.unique(indices, return_counts=True)
     return ids.astype(np.int32), counts.astype(np.int64)
 
@@ -166,45 +168,95 @@ def _fill(stream, view):
     return got
 
 
-def _blocks(stream, on_block=None):
+class _Read:
+    """One ``_fill`` of ``view``: now, or in a thread while the caller parses
+    the previous block (for regular files, whose reads never block for long,
+    so the thread can always be waited for)."""
+
+    def __init__(self, stream, view, background):
+        self.got = self.error = self.thread = None
+        if background:
+            self.thread = threading.Thread(target=self._run, args=(stream, view), daemon=True)
+            self.thread.start()
+        else:
+            self.got = _fill(stream, view)
+
+    def _run(self, stream, view):
+        try:
+            self.got = _fill(stream, view)
+        except BaseException as exc:  # handed to the caller by result()
+            self.error = exc
+
+    def wait(self):
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def result(self):
+        """Bytes read; the read's exception, if it raised one."""
+        self.wait()
+        if self.error is not None:
+            raise self.error
+        return self.got
+
+
+def _blocks(stream, on_block=None, ahead=False):
     """Yield (buf, n): blocks of whole lines, ending in LF or CR (never inside a CRLF).
 
     A UTF-8 byte-order mark is blanked; a line longer than the buffer grows
     it, up to MAX_LINE_BYTES. The last line gets an LF if it has no line end.
+    With ``ahead``, two buffers take turns: the next block is read in a
+    thread while the caller parses this one.
     """
     from rafmcli.io.parse_kernel import CR, LF, last_line_end
 
-    buf = np.empty(BLOCK_BYTES + 1, dtype=np.uint8)
-    tail = 0
+    bufs = [np.empty(BLOCK_BYTES + 1, dtype=np.uint8) for _ in range(2 if ahead else 1)]
+    cur = tail = 0
     first = True
-    while True:
-        got = _fill(stream, memoryview(buf)[tail:-1])
-        n = tail + got
-        if first and n >= 3:
-            if bytes(buf[:3]) == BOM:
-                buf[:3] = 32
+    pending = _Read(stream, memoryview(bufs[0])[:-1], False)
+    try:
+        while True:
+            buf = bufs[cur]
+            got = pending.result()
+            n = tail + got
+            if first and n >= 3:
+                if bytes(buf[:3]) == BOM:
+                    buf[:3] = 32
+                first = False
+            if got == 0:
+                if n and buf[n - 1] != LF and buf[n - 1] != CR:
+                    buf[n] = LF
+                    n += 1
+                if n:
+                    yield buf, n
+                return
+            cut = last_line_end(buf, n)
+            if cut == 0:
+                if n >= MAX_LINE_BYTES:
+                    raise _LineTooLong
+                grown = np.empty(2 * buf.shape[0] - 1, dtype=np.uint8)
+                grown[:n] = buf[:n]
+                bufs[cur], tail = grown, n
+                pending = _Read(stream, memoryview(grown)[tail:-1], False)
+                continue
             first = False
-        if got == 0:
-            if n and buf[n - 1] != LF and buf[n - 1] != CR:
-                buf[n] = LF
-                n += 1
-            if n:
-                yield buf, n
-            return
-        cut = last_line_end(buf, n)
-        if cut == 0:
-            if n >= MAX_LINE_BYTES:
-                raise _LineTooLong
-            grown = np.empty(2 * buf.shape[0] - 1, dtype=np.uint8)
-            grown[:n] = buf[:n]
-            buf, tail = grown, n
-            continue
-        yield buf, cut
-        first = False
-        tail = n - cut
-        buf[:tail] = buf[cut:n]
-        if on_block is not None:
-            on_block()
+            tail = n - cut
+            if ahead:
+                if bufs[1 - cur].shape[0] < buf.shape[0]:
+                    bufs[1 - cur] = np.empty(buf.shape[0], dtype=np.uint8)
+                following = bufs[1 - cur]
+                following[:tail] = buf[cut:n]
+                pending = _Read(stream, memoryview(following)[tail:-1], True)
+                yield buf, cut
+                cur = 1 - cur
+            else:
+                yield buf, cut
+                buf[:tail] = buf[cut:n]
+                pending = _Read(stream, memoryview(buf)[tail:-1], False)
+            if on_block is not None:
+                on_block()
+    finally:
+        pending.wait()  # never close the stream under a running read
 
 
 def _repeated_sum_token(line):
@@ -277,11 +329,6 @@ class _Arrays:
         return self.labels[:self.rows], self.indptr[:self.rows + 1], self.indices[:self.nz], values
 
 
-def _parse_threads(parts):
-    """Threads for ``parts`` parts of work: one part never wakes a second thread."""
-    return min(THREADS or threads.available_cores(), parts)
-
-
 class _Scratch:
     """parse_parts' scratch arrays, kept from block to block (see parse_kernel)."""
 
@@ -306,9 +353,10 @@ def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
     from rafmcli.io import parse_kernel as K
 
     cuts = K.split_lines(buf, n, PART_BYTES)
-    parts = scratch.get(n, cuts.shape[0] - 1)
-    with threads.using(_parse_threads(cuts.shape[0] - 1)):
-        results = K.parse_parts(buf, cuts, *parts)
+    parts = cuts.shape[0] - 1
+    space = scratch.get(n, parts)
+    results = np.zeros((parts, K.N_RESULTS), dtype=np.int64)
+    threads.spread(K.parse_parts, parts, buf, cuts, *space, results, threads=THREADS)
     failed = np.flatnonzero(results[:, K.R_CODE])
     if failed.shape[0]:
         p = failed[0]
@@ -320,13 +368,20 @@ def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
     rows, nz = int(results[:, K.R_ROWS].sum()), int(results[:, K.R_NZ].sum())
     arrays.reserve(rows, nz, not results[:, K.R_ONES].all(), expected)
     values = arrays.values if arrays.values is not None else np.empty(0, dtype=np.float32)
-    with threads.using(_parse_threads(cuts.shape[0] - 1)):
-        K.join_parts(cuts, results, *parts, arrays.rows, arrays.nz, arrays.labels, arrays.indptr,
-                     arrays.indices, values)
+    row_at = arrays.rows + np.concatenate([[0], np.cumsum(results[:, K.R_ROWS])])
+    nz_at = arrays.nz + np.concatenate([[0], np.cumsum(results[:, K.R_NZ])])
+    threads.spread(K.join_parts, parts, cuts, results, row_at, nz_at, *space, arrays.labels, arrays.indptr,
+                   arrays.indices, values, threads=THREADS)
     arrays.rows += rows
     arrays.nz += nz
     return (int(results[:, K.R_LINES].sum()), int(results[:, K.R_MAX_INDEX].max()),
             int(results[:, K.R_REPEATS].sum()))
+
+
+def _position(source):
+    """Bytes of the file under a regular input read so far (its descriptor's
+    offset: unlike ``tell()`` it does not wait for a read running in a thread)."""
+    return os.lseek(source.raw.fileno(), 0, os.SEEK_CUR)
 
 
 def _parse(source, name, progress=False, desc="reading"):
@@ -339,17 +394,18 @@ def _parse(source, name, progress=False, desc="reading"):
                    desc=f"{desc} {os.path.basename(name)}", disable=None)
 
         def on_block():
-            bar.update(source.raw.tell() - bar.n)
+            bar.update(_position(source) - bar.n)
     arrays, scratch = _Arrays(), _Scratch()
     line_no = repeats = 0
     max_index = -1
     try:
         with source.raw, source.stream:
             try:
-                for buf, n in _blocks(source.stream, on_block):
+                ahead = source.regular and source.status.st_size > BLOCK_BYTES
+                for buf, n in _blocks(source.stream, on_block, ahead):
                     expected = 1.0
                     if source.regular:  # total bytes / bytes so far, compressed or not
-                        expected = max(source.status.st_size / max(source.raw.tell(), 1), 1.0)
+                        expected = max(source.status.st_size / max(_position(source), 1), 1.0)
                     lines, mx, rep = _parse_block(arrays, scratch, buf, n, line_no, name, expected)
                     line_no += lines
                     max_index = max(max_index, mx)
@@ -374,8 +430,7 @@ def _parse(source, name, progress=False, desc="reading"):
     labels, indptr, indices, values = arrays.final()
     if values is not None and np.all(values == 1):
         values = None
-    with threads.using(_parse_threads(indices.shape[0] // PART_BYTES + 1)):
-        ids, counts = feature_counts(indices, max_index)
+    ids, counts = feature_counts(indices, max_index, THREADS)
     return Dataset(name, labels, indptr, indices, values, ids, counts, repeats)
 
 

@@ -1,69 +1,64 @@
-"""O(non-zeros) passes over parsed data, on every core: feature occurrences
-n_i, the levels of Eq. 17, their summary and the occurrence histogram.
+"""Counting passes over parsed data: feature occurrences n_i (O(non-zeros),
+on every core), then O(features) passes: the distinct ids, the levels of
+Eq. 17, their summary and the occurrence histogram.
 
-All work in parallel over contiguous chunks and give the same result for any
-number of threads (integer sums, or float sums in a fixed chunk order).
+The O(features) passes run on one thread: they take milliseconds, less than
+loading a parallel kernel does. Every result is an integer count, the same
+for any number of threads.
 """
 
-import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-CHUNKS = 64  # fixed chunk count of the reductions, so results do not depend on threads
+from rafmcli import threads
+
+SMALL = 1 << 16  # entries below which one thread counts alone
 
 
-def occurrences(indices, length):
+def occurrences(indices, length, n_threads=None):
     """n_i for every id below ``length``: rows holding feature i (one entry per id a row)."""
-    return _occurrences(indices, length, numba.get_num_threads())
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _occurrences(indices, length, threads):
-    """Each of ``threads`` workers owns a contiguous range of ids and counts
-    only those, so no two write the same counter; every worker reads all of
-    ``indices`` (sequentially, cheap next to the random increments)."""
     counts = np.zeros(length, dtype=np.int32)
-    for t in prange(threads):
-        lo = t * length // threads
-        span = np.uint32((t + 1) * length // threads - lo)
-        mine = counts[lo:]
-        for k in range(indices.shape[0]):
-            u = np.uint32(indices[k] - lo)
-            if u < span:
-                mine[u] += 1
+    ranges = 1 if indices.shape[0] < SMALL else n_threads or threads.available_cores()
+    threads.spread(_count_ids, ranges, indices, counts, ranges, threads=n_threads)
     return counts
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
+def _count_ids(lo, hi, indices, counts, ranges):
+    """Count the ids of ``indices`` in id ranges lo..hi-1 of ``ranges`` equal ones:
+    threads that own different ranges never write the same counter, and each
+    reads all of ``indices`` (sequentially, cheap next to the random increments)."""
+    first = lo * counts.shape[0] // ranges
+    span = np.uint32(hi * counts.shape[0] // ranges - first)
+    mine = counts[first:]
+    for k in range(indices.shape[0]):
+        u = np.uint32(indices[k] - first)
+        if u < span:
+            mine[u] += 1
+
+
+@njit(cache=True, nogil=True)
 def nonzero_counts(counts):
     """(ids, n) of the non-zero entries of ``counts``, ids ascending (int32, int64)."""
-    n = counts.shape[0]
-    found = np.zeros(CHUNKS + 1, dtype=np.int64)
-    for c in prange(CHUNKS):
-        total = 0
-        for i in range(c * n // CHUNKS, (c + 1) * n // CHUNKS):
-            total += counts[i] != 0
-        found[c + 1] = total
-    for c in range(CHUNKS):
-        found[c + 1] += found[c]
-    ids = np.empty(found[CHUNKS], dtype=np.int32)
-    out = np.empty(found[CHUNKS], dtype=np.int64)
-    for c in prange(CHUNKS):
-        j = found[c]
-        for i in range(c * n // CHUNKS, (c + 1) * n // CHUNKS):
-            if counts[i] != 0:
-                ids[j] = i
-                out[j] = counts[i]
-                j += 1
+    found = 0
+    for c in counts:
+        found += c != 0
+    ids = np.empty(found, dtype=np.int32)
+    out = np.empty(found, dtype=np.int64)
+    j = 0
+    for i in range(counts.shape[0]):
+        if counts[i] != 0:
+            ids[j] = i
+            out[j] = counts[i]
+            j += 1
     return ids, out
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def assign_levels(counts, bounds):
     """k_i = 1 + #{k : n_i^2 > bounds[k]} (int8), bounds[k] = D_k D_{k+1} (Eq. 17)."""
-    n = counts.shape[0]
-    levels = np.empty(n, dtype=np.int8)
-    for i in prange(n):
+    levels = np.empty(counts.shape[0], dtype=np.int8)
+    for i in range(counts.shape[0]):
         c = min(np.int64(counts[i]), 2**31 - 1)
         c2 = c * c
         k = 1
@@ -73,39 +68,31 @@ def assign_levels(counts, bounds):
     return levels
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def level_totals(levels, counts, m):
     """(features, occurrences) whose top level is k, for k = 1..m (index k-1)."""
-    n = levels.shape[0]
-    top = np.zeros((CHUNKS, m), dtype=np.int64)
-    occ = np.zeros((CHUNKS, m), dtype=np.int64)
-    for c in prange(CHUNKS):
-        for i in range(c * n // CHUNKS, (c + 1) * n // CHUNKS):
-            k = levels[i] - 1
-            top[c, k] += 1
-            occ[c, k] += counts[i]
-    return top.sum(axis=0), occ.sum(axis=0)
+    top = np.zeros(m, dtype=np.int64)
+    occ = np.zeros(m, dtype=np.int64)
+    for i in range(levels.shape[0]):
+        top[levels[i] - 1] += 1
+        occ[levels[i] - 1] += counts[i]
+    return top, occ
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def occurrence_buckets(counts):
     """Features per bucket b of n_i: b = 0 for n = 1, else 2^(b-1) < n <= 2^b."""
-    n = counts.shape[0]
-    per = np.zeros((CHUNKS, 64), dtype=np.int64)
-    for c in prange(CHUNKS):
-        for i in range(c * n // CHUNKS, (c + 1) * n // CHUNKS):
-            v = np.uint64(max(counts[i], 1) - 1)
-            b = 0
-            while v:  # bit length of n - 1
-                v >>= np.uint64(1)
-                b += 1
-            per[c, b] += 1
-    totals = per.sum(axis=0)
+    per = np.zeros(64, dtype=np.int64)
     last = 0
-    for b in range(64):
-        if totals[b]:
-            last = b
-    return totals[:last + 1]
+    for c in counts:
+        v = np.uint64(max(c, 1) - 1)
+        b = 0
+        while v:  # bit length of n - 1
+            v >>= np.uint64(1)
+            b += 1
+        per[b] += 1
+        last = max(last, b)
+    return per[:last + 1]
 
 
 @njit(cache=True, nogil=True)
@@ -128,26 +115,23 @@ def distinct_values(values, limit):
     return np.sort(seen[:k]), True
 
 
-def distinct_count(ids, length):
+def distinct_count(ids, length, n_threads=None):
     """How many distinct values ``ids`` holds, all below ``length``."""
-    return _distinct_count(ids, length, numba.get_num_threads())
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _distinct_count(ids, length, threads):
-    """Each worker owns a contiguous range of ids (as in ``_occurrences``) and
-    counts the first sighting of each."""
     seen = np.zeros(length, dtype=np.uint8)
-    found = np.zeros(threads, dtype=np.int64)
-    for t in prange(threads):
-        lo = t * length // threads
-        span = np.uint32((t + 1) * length // threads - lo)
-        mine = seen[lo:]
-        first = 0
-        for k in range(ids.shape[0]):
-            u = np.uint32(ids[k] - lo)
-            if u < span and mine[u] == 0:
-                mine[u] = 1
-                first += 1
-        found[t] = first
-    return found.sum()
+    ranges = 1 if ids.shape[0] < SMALL else n_threads or threads.available_cores()
+    return sum(threads.spread(_first_sightings, ranges, ids, seen, ranges, threads=n_threads))
+
+
+@njit(cache=True, nogil=True)
+def _first_sightings(lo, hi, ids, seen, ranges):
+    """First sightings of the ids in id ranges lo..hi-1 (as ``_count_ids``)."""
+    first = lo * seen.shape[0] // ranges
+    span = np.uint32(hi * seen.shape[0] // ranges - first)
+    mine = seen[first:]
+    found = 0
+    for k in range(ids.shape[0]):
+        u = np.uint32(ids[k] - first)
+        if u < span and mine[u] == 0:
+            mine[u] = 1
+            found += 1
+    return found

@@ -17,7 +17,7 @@ big-integer arithmetic on x = m 2^k. NaN has no line: the caller refuses it.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 LINE_MAX = 24  # bytes of the longest line, "-1.23456789e-308\n" is 17
 SIG = 9
@@ -222,14 +222,14 @@ def write_line(out, pos, x):
     return _put(out, pos, 10)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def format_lines(values, chunks, out, ends):
-    """Lines of ``values`` in ``chunks`` parts at once: part c (values
-    c n/chunks .. (c+1) n/chunks) is written from ``out[c * stride]``, stride
-    = (n // chunks + 1) * LINE_MAX, and ends at ``ends[c]``."""
+@njit(cache=True, nogil=True)
+def format_lines(lo, hi, values, chunks, out, ends):
+    """Lines of parts lo..hi-1 of ``values`` cut in ``chunks`` parts: part c
+    (values c n/chunks .. (c+1) n/chunks) is written from ``out[c * stride]``,
+    stride = (n // chunks + 1) * LINE_MAX, and ends at ``ends[c]``."""
     n = values.shape[0]
     stride = (n // chunks + 1) * LINE_MAX
-    for c in prange(chunks):
+    for c in range(lo, hi):
         pos = c * stride
         for i in range(c * n // chunks, (c + 1) * n // chunks):
             pos = write_line(out, pos, values[i])

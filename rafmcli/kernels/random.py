@@ -11,7 +11,9 @@ only, never on the number of threads.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+
+from rafmcli import threads
 
 CHUNK = 1 << 16
 LAYERS = 128
@@ -83,13 +85,17 @@ def _draw(state):
     return state, np.int64(bits & np.uint64(LAYERS - 1)), u
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def fill_normal(out, stdev, key):
-    """out[:] = N(0, stdev^2) draws; chunk c of CHUNK values from the stream of (key, c)."""
+def fill_normal(out, stdev, key, n_threads=None):
+    """out[:] = N(0, stdev^2) draws; chunk c of CHUNK values from the stream of (key, c),
+    ranges of chunks on ``n_threads`` threads (default: every available core)."""
+    threads.spread(_fill_chunks, (out.shape[0] + CHUNK - 1) // CHUNK, out, stdev, key, threads=n_threads)
+
+
+@njit(cache=True, nogil=True)
+def _fill_chunks(lo, hi, out, stdev, key):
     n = out.shape[0]
-    chunks = (n + CHUNK - 1) // CHUNK
     scale = np.float32(stdev)
-    for c in prange(chunks):
+    for c in range(lo, hi):
         state = _mix(np.uint64(key) ^ _mix(np.uint64(c) * _GOLDEN + _GOLDEN))
         for k in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
             state, i, u = _draw(state)

@@ -193,12 +193,10 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
 def normal_factors(n, stdev, rng):
     """``n`` float32 draws of N(0, stdev^2), cache-line aligned, drawn on every core
     (kernels/random.py) from one draw of ``rng``: the same for any number of threads."""
-    from rafmcli import threads
     from rafmcli.kernels.random import fill_normal
 
     V = aligned_zeros(n, np.float32)
-    with threads.using(threads.available_cores()):
-        fill_normal(V, stdev, int(rng.integers(2**63)))
+    fill_normal(V, stdev, int(rng.integers(2**63)))
     return V
 
 

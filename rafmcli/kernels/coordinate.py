@@ -246,14 +246,14 @@ def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter):
     return new
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
 def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, cstart, order, lo, hi, buffers):
     """Update coordinates f0..f0+BLOCK-1 (within level l's width) of v_i^(l) for i in order[lo:hi].
 
     The prior of coordinate f of a feature in group g is mu[g, cstart + f],
     lam[g, cstart + f]. S and T hold the block's row sums (:func:`block_sums`).
 
-    A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D),
+    A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D, W),
     this thread's) is gathered once: H[b, k] = h_b of its k-th row, E[k] = e
     of that row. Its coordinates then move one by one on contiguous memory
     (the h_b do not change while they do) and one more pass writes e, S and
@@ -262,7 +262,7 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
     """
     colptr, rows, values, col_of = csc
     widths, offsets, sizes, nested, V = layout
-    H, E, D = buffers
+    H, E, D, W = buffers
     has_values = values.shape[0] > 0
     m = widths.shape[0]
     width = widths[l]
@@ -278,12 +278,22 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
         a, z = colptr[j], colptr[j + 1]
         n = z - a
         if n <= H.shape[1]:
-            for k in range(n):
-                r = rows[a + k]
-                x = np.float64(values[a + k]) if has_values else 1.0
-                E[k] = e[r]
-                for b in range(nb):
-                    H[b, k] = coordinate_h(x, S[r, b], T[r, b], np.float64(V[base + np.uint64(b)]), dep)
+            for b in range(nb):
+                W[b] = np.float64(V[base + np.uint64(b)])
+            if dep:
+                for k in range(n):
+                    r = rows[a + k]
+                    x = np.float64(values[a + k]) if has_values else 1.0
+                    E[k] = e[r]
+                    for b in range(nb):
+                        H[b, k] = x * (S[r, b] - T[r, b])
+            else:
+                for k in range(n):
+                    r = rows[a + k]
+                    x = np.float64(values[a + k]) if has_values else 1.0
+                    E[k] = e[r]
+                    for b in range(nb):
+                        H[b, k] = x * (S[r, b] - W[b] * x)
             for b in range(nb):
                 hh = 0.0
                 eh = 0.0

@@ -264,7 +264,7 @@ class Scratch:
     e: np.ndarray
     S: np.ndarray
     T: np.ndarray
-    buffers: list   # per thread (H, E, D) for kernels.coordinate.factor_part
+    buffers: list   # per thread (H, E, D, W) for kernels.coordinate.factor_part
 
     @classmethod
     def for_rows(cls, n, threads=1, local_rows=None, longest=None):
@@ -273,7 +273,8 @@ class Scratch:
         from rafmcli.kernels.coordinate import BLOCK, LOCAL_ROWS
 
         local = min(LOCAL_ROWS if local_rows is None else local_rows, n if longest is None else longest)
-        buffers = [(np.empty((BLOCK, local)), np.empty(local), np.empty(BLOCK)) for _ in range(threads)]
+        buffers = [(np.empty((BLOCK, local)), np.empty(local), np.empty(BLOCK), np.empty(BLOCK))
+                   for _ in range(threads)]
         return cls(np.empty(n), np.zeros((n, BLOCK)), np.zeros((n, BLOCK)), buffers)
 
 

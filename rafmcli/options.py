@@ -7,6 +7,7 @@ and nowhere else.
 
 from dataclasses import dataclass
 
+MODELS = ("fm", "rafm", "difacto")
 DEFAULT_RANKS = {"fm": (8,), "rafm": (32, 512), "difacto": (32, 512)}
 # RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
 VARIANTS = ("paper", "authors", "cascade")
@@ -65,6 +66,8 @@ DEFAULTS = Options()
 # parameter, as libFM's ALS), not per occurrence; mcmc averages its samples rather than
 # picking an epoch, so it needs no hold-out.
 METHOD_DEFAULTS = {
+    "sgd": {"learn_rate": 0.01},
+    "adam": {"learn_rate": 0.001},  # the authors' (and Kingma and Ba's)
     "sgda": {"learn_rate": 0.01},
     "als": {"init_stdev": 0.1, "reg_linear": 10.0, "reg_factors": (10.0,)},
     "mcmc": {"init_stdev": 0.1, "holdout": 0.0},

@@ -14,7 +14,7 @@ from conftest import ROOT
 from rafmcli.cli import main
 
 MAN = os.path.join(ROOT, "man")
-PAGES = {"rafm.1": None, "rafm-train.1": "train", "rafm-predict.1": "predict",
+PAGES = {"rafm.1": None, "rafm-train.1": "train", "rafm-tune.1": "tune", "rafm-predict.1": "predict",
          "rafm-stats.1": "stats", "rafm-dump.1": "dump", "rafm-libfm.1": "libfm", "rafm-plot.1": "plot",
          "rafm-recommend.1": "recommend",
          "rafm-embed.1": "embed", "rafm-similar.1": "similar", "rafm-files.5": None}

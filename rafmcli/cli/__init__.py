@@ -80,6 +80,7 @@ from rafmcli.cli.recommend import recommend  # noqa: E402
 from rafmcli.cli.similar import similar  # noqa: E402
 from rafmcli.cli.stats import stats  # noqa: E402
 from rafmcli.cli.train import train  # noqa: E402
+from rafmcli.cli.tune import tune  # noqa: E402
 
-for _command in (train, predict, recommend, embed, similar, stats, dump, libfm, plot):
+for _command in (train, tune, predict, recommend, embed, similar, stats, dump, libfm, plot):
     main.add_command(_command)

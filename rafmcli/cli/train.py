@@ -34,6 +34,12 @@ def _shown(values):
     return ",".join(f"{v:g}" for v in values)
 
 
+def _method_rates():
+    from rafmcli.options import method_default
+
+    return ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam"))
+
+
 def _given(ctx, name):
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
@@ -118,8 +124,9 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "last draw (thinning: far more are needed).")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
-@click.option("--learn-rate", type=FiniteFloatRange(0, min_open=True), default=D.learn_rate, show_default=True,
-              help="Learning rate rho_f (free variables, bias, linear weights).  [sgda: 0.01]")
+@click.option("--learn-rate", type=FiniteFloatRange(0, min_open=True),
+              help="Learning rate rho_f (free variables, bias, linear weights).  "
+                   f"[default: {_method_rates()}]")
 @click.option("--dependent-rate", type=FiniteFloatRange(0, min_open=True),
               help="RaFM, paper variant: learning rate rho_d of dependent variables (Algorithm 1).  "
                    "[default: --learn-rate]")
@@ -245,6 +252,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     if method == "mcmc" and burn_in is not None and burn_in >= iters:
         raise click.BadParameter(f"must be below --iter ({iters})", param_hint="--burn-in")
     init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
+    learn_rate = learn_rate if learn_rate is not None else method_default(method, "learn_rate")
     holdout = holdout if _given(ctx, "holdout") else method_default(method, "holdout")
     learn_rate = learn_rate if _given(ctx, "learn_rate") else method_default(method, "learn_rate")
     if not _given(ctx, "regular"):

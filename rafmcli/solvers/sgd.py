@@ -107,6 +107,147 @@ def _cell(value):
     return "NaN" if value is None or not math.isfinite(value) else f"{value:.6g}"
 
 
+class Training:
+    """One SGD/AdaGrad/Adam training run that can be advanced, paused and resumed.
+
+    ``advance(until)`` trains epochs up to ``until`` (or an early stop); the
+    object pickles without its data (``attach`` puts the data back), so
+    ``rafm tune`` can keep a trial between rounds of successive halving and
+    resume it in another process. ``result()`` restores the best epoch.
+    """
+
+    def __init__(self, data, opts, validation=None, levels_override=None, groups=None, init=None):
+        self.opts = opts
+        self.rng = np.random.default_rng(opts.seed)
+        levels = feature_levels(data, opts.ranks, levels_override)
+        labels = np.asarray(data.labels, dtype=np.float64)
+        if init is None:
+            w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
+            self.model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
+                               self.rng, w0, (labels.min(), labels.max()))
+        else:  # continued training (--init-model): new features get Eq. 17 levels and fresh factors
+            self.model = extend(init, data.feature_ids, levels, opts.init_stdev, self.rng,
+                                (labels.min(), labels.max()))
+        kept = self.model.state is not None and self.model.state.method == opts.method
+        self.state = self.model.state.kernel_state() if kept else optimizer_state(opts.method, self.model)
+        self.steps = self.model.state.steps if kept else 0  # optimizer steps taken before (Adam's t)
+        self.groups = groups
+        self.column_of = np.argsort(-np.asarray(levels), kind="stable")  # internal feature -> data column
+        self.adaptive = None  # sgda's AdaptiveStep, made by attach
+        self.hyper = hyper_vector(opts, self.model)
+        self.reg_v = np.asarray(per_level(opts.reg_factors, len(opts.ranks)), dtype=np.float64)
+        self.watch = metrics.early_stop_metric(opts.task, opts.metric)
+        self.best = (math.inf, 0, None)  # (loss of the watched metric, epoch, (w0, w, V) then)
+        self.history = []
+        self.stopped = False  # early stopping ended the run
+        self.attach(data, validation)
+
+    def attach(self, data, validation=None):
+        """(Re)connect the training and validation rows (after unpickling)."""
+        rows = kernel_rows(self.model, data)
+        self.n_rows = data.n_rows
+        self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
+        self.validation = validation
+        self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
+        self.kmodel = self.model.kernel_model()
+        if self.opts.method == "sgda" and self.adaptive is None:
+            from rafmcli.solvers.sgda import AdaptiveStep
+
+            self.adaptive = AdaptiveStep(self.model, rows, self.data_rows[3], self.valid_rows, validation.labels,
+                                         self.groups, self.opts, self.column_of)
+
+    def __getstate__(self):
+        """Everything but the data (and sgda's step sizes: `rafm tune` runs sgd, adagrad and adam)."""
+        state = dict(self.__dict__)
+        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive"):
+            state[name] = None
+        return state
+
+    def __setstate__(self, state):
+        """Factors and optimizer state go back on cache lines (the kernels' layout)."""
+        self.__dict__.update(state)
+        self.model.V = aligned_copy(self.model.V)
+        self.state = tuple(aligned_copy(a) if a.shape[0] == self.model.V.shape[0] else a for a in self.state)
+
+    @property
+    def epoch(self):
+        return len(self.history)
+
+    @property
+    def done(self):
+        return self.stopped or self.epoch >= self.opts.iters
+
+    def advance(self, until, log=None, bar=None):
+        """Train epochs epoch+1 .. ``until`` (at most opts.iters) unless early stopping ends the run."""
+        opts, model = self.opts, self.model
+        vrows = self.valid_rows
+        loss_name = metrics.early_stop_metric(opts.task)  # NaN here means divergence (AUC can be NaN)
+        n = self.data_rows[3].shape[0]
+        task = K.TASK_REGRESSION if opts.task == "r" else K.TASK_CLASSIFICATION
+        while not self.done and self.epoch < until:
+            epoch = self.epoch + 1
+            start = time.perf_counter()
+            order = self.rng.permutation(n).astype(np.int64)
+            args = (self.steps + (epoch - 1) * n, self.data_rows, self.kmodel, self.state, self.hyper, self.reg_v, task,
+                    model.nested, VARIANTS[opts.variant], METHODS[opts.method])
+            if self.adaptive is not None:
+                loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
+            elif opts.threads > 1:
+                loss = K.train_epoch_hogwild(order, opts.threads, *args)
+            else:
+                loss = K.train_epoch(order, *args)
+            mean_loss = loss / max(n, 1)
+            train_loss = math.sqrt(mean_loss) if opts.task == "r" else mean_loss
+            model.w0 = float(self.kmodel[5][0])
+            row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
+            if vrows is not None:
+                row.update(metrics.evaluate(opts.task, self.validation.labels, predict_rows(model, vrows)))
+            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[loss_name])):
+                raise DivergedError(
+                    f"training diverged in epoch {epoch} (train loss {train_loss}); "
+                    f"try a smaller --learn-rate (now {opts.learn_rate:g})")
+            self.history.append(row)
+            if log is not None:
+                log.write(row)
+            if bar is not None:
+                shown = {"loss": f"{train_loss:.4f}"}
+                if vrows is not None:
+                    shown[f"val_{self.watch}"] = f"{row[self.watch]:.4f}"
+                bar.set_postfix(shown, refresh=False)
+                bar.update(1)
+            if vrows is None:
+                continue
+            score = metrics.loss_of(self.watch, row[self.watch])
+            if score < self.best[0]:
+                self.best = (score, epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
+            elif opts.early_stop and epoch - self.best[1] >= opts.early_stop:
+                self.stopped = True
+
+    @property
+    def best_epoch(self):
+        return self.best[1] or self.epoch
+
+    @property
+    def best_value(self):
+        """The watched validation metric at the best epoch (NaN without validation)."""
+        return self.history[self.best[1] - 1][self.watch] if self.best[1] else math.nan
+
+    def result(self):
+        """(model with the best epoch's parameters, history); model.info records options and metrics."""
+        model = self.model
+        if self.best[2] is not None:
+            model.w0, model.w, model.V = self.best[2]
+            self.kmodel = None  # the run cannot go on from here
+        summary = {"epochs": self.epoch, "best_epoch": self.best_epoch}
+        if self.best[2] is not None:
+            summary["validation"] = {k: self.history[self.best[1] - 1][k] for k in metrics.names(self.opts.task)}
+        if self.adaptive is not None:
+            summary["regularisation"] = self.adaptive.summary()
+        model.info = {"options": asdict(self.opts), "training": summary}
+        model.state = OptimizerState(self.opts.method, *self.state, steps=self.steps + self.epoch * self.n_rows)
+        return model, self.history
+
+
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
           progress=True, echo=print, groups=None, init=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
@@ -126,35 +267,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     validation metric and stops after ``opts.early_stop`` epochs without
     improvement (0: never stop early).
     """
-    m = len(opts.ranks)
-    rng = np.random.default_rng(opts.seed)
-    levels = feature_levels(data, opts.ranks, levels_override)
-    labels = np.asarray(data.labels, dtype=np.float64)
-    if init is None:
-        w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
-        model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
-                      rng, w0, (labels.min(), labels.max()))
-    else:
-        model = extend(init, data.feature_ids, levels, opts.init_stdev, rng, (labels.min(), labels.max()))
-    rows = kernel_rows(model, data)
-    kdata = (rows[0], rows[1], rows[2], labels)
-    vrows = kernel_rows(model, validation) if validation is not None else None
-    kept = model.state is not None and model.state.method == opts.method
-    state = model.state.kernel_state() if kept else optimizer_state(opts.method, model)
-    steps = model.state.steps if kept else 0
-    adaptive = None
-    if opts.method == "sgda":
-        from rafmcli.solvers.sgda import AdaptiveStep
-
-        adaptive = AdaptiveStep(model, rows, labels, vrows, validation.labels, groups, opts,
-                                np.argsort(-np.asarray(levels), kind="stable"))
-    hyper = hyper_vector(opts, model)
-    reg_v = np.asarray(per_level(opts.reg_factors, m), dtype=np.float64)
-    kmodel = model.kernel_model()
-    watch = metrics.early_stop_metric(opts.task, opts.metric)
-    loss_name = metrics.early_stop_metric(opts.task)  # NaN here means divergence (AUC can be NaN)
-    best = (math.inf, 0, None)
-    history = []
+    run = Training(data, opts, validation, levels_override, groups, init)
     log = Log(rlog, opts.task)
     bar = None
     if progress and not quiet:
@@ -162,58 +275,14 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
 
         bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train",
                    disable=None)
-    n = data.n_rows
-    task = K.TASK_REGRESSION if opts.task == "r" else K.TASK_CLASSIFICATION
     try:
-        for epoch in range(1, opts.iters + 1):
-            start = time.perf_counter()
-            order = rng.permutation(n).astype(np.int64)
-            args = (steps + (epoch - 1) * n, kdata, kmodel, state, hyper, reg_v, task, model.nested,
-                    VARIANTS[opts.variant], METHODS[opts.method])
-            if adaptive is not None:
-                loss = adaptive.epoch(order, epoch, kmodel[5])
-            elif opts.threads > 1:
-                loss = K.train_epoch_hogwild(order, opts.threads, *args)
-            else:
-                loss = K.train_epoch(order, *args)
-            mean_loss = loss / max(n, 1)
-            train_loss = math.sqrt(mean_loss) if opts.task == "r" else mean_loss
-            model.w0 = float(kmodel[5][0])
-            row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
-            if vrows is not None:
-                row.update(metrics.evaluate(opts.task, validation.labels, predict_rows(model, vrows)))
-            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[loss_name])):
-                raise DivergedError(
-                    f"training diverged in epoch {epoch} (train loss {train_loss}); "
-                    f"try a smaller --learn-rate (now {opts.learn_rate:g})")
-            history.append(row)
-            log.write(row)
-            if bar is not None:
-                shown = {"loss": f"{train_loss:.4f}"}
-                if vrows is not None:
-                    shown[f"val_{watch}"] = f"{row[watch]:.4f}"
-                bar.set_postfix(shown, refresh=False)
-                bar.update(1)
-            if vrows is None:
-                continue
-            if metrics.loss_of(watch, row[watch]) < best[0]:
-                best = (metrics.loss_of(watch, row[watch]), epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
-            elif opts.early_stop and epoch - best[1] >= opts.early_stop:
-                break
+        run.advance(opts.iters, log, bar)
     finally:
         if bar is not None:
             bar.close()
-    if best[2] is not None:
-        model.w0, model.w, model.V = best[2]
-    summary = {"epochs": len(history), "best_epoch": best[1] or len(history)}
-    if best[2] is not None:
-        summary["validation"] = {k: history[best[1] - 1][k] for k in metrics.names(opts.task)}
-    if adaptive is not None:
-        summary["regularisation"] = adaptive.summary()
-    model.info = {"options": asdict(opts), "training": summary}
-    model.state = OptimizerState(opts.method, *state, steps=steps + len(history) * n)
+    model, history = run.result()
     if not quiet:
-        echo(_summary_line(opts, model, history, summary))
+        echo(_summary_line(opts, model, history, model.info["training"]))
     return model, history
 
 

@@ -1,0 +1,241 @@
+"""`rafm tune`: search each model's hyper-parameters on validation data, report and keep the winner."""
+
+import math
+import os
+import shlex
+import sys
+
+import click
+
+from rafmcli.cli.options import BINARY_OUTPUT, INPUT, OUTPUT, distinct_outputs, no_cache_option, read
+from rafmcli.options import DEFAULTS as D
+from rafmcli.options import METRICS, MODELS
+
+SGD_METHODS = ("sgd", "adagrad", "adam")
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class ModelList(click.ParamType):
+    """Comma-separated models, each once."""
+
+    name = "MODEL,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        models = tuple(v.strip() for v in value.split(","))
+        bad = [m for m in models if m not in MODELS]
+        if bad or not models or len(set(models)) != len(models):
+            self.fail(f"expected distinct models from {', '.join(MODELS)} ({value})", param, ctx)
+        return models
+
+
+@click.command()
+@click.option("--task", type=click.Choice(["r", "c"]), required=True,
+              help="r: regression (square loss); c: binary classification (logistic loss).")
+@click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
+@click.option("--validation", type=INPUT, help="Validation file every choice is made on.")
+@click.option("--holdout", type=click.FloatRange(0, 0.5, min_open=True), default=D.holdout, show_default=True,
+              help="Without --validation, the fraction of training rows held out to validate on.")
+@click.option("--models", type=ModelList(), default=",".join(MODELS), show_default=True,
+              help="Models to tune, each with the same number of configurations.")
+@click.option("--trials", type=click.IntRange(1),
+              help="Configurations per model (one bracket of successive halving).  [default: 27, or as many "
+                   "brackets as --budget allows]")
+@click.option("--budget", type=click.FloatRange(0, min_open=True),
+              help="Minutes: stop then and keep the best trial so far.")
+@click.option("--metric", type=click.Choice(METRICS),
+              help="Validation metric that ranks the trials and stops each one early.  "
+                   "[default: rmse for r, logloss for c]")
+@click.option("--method", type=click.Choice(SGD_METHODS), default=D.method, show_default=True,
+              help="Optimizer of every trial; learning rates are searched around its default.")
+@click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
+              help="Most epochs a trial trains (the last rung of successive halving).")
+@click.option("--early-stop", type=click.IntRange(1), default=D.early_stop, show_default=True,
+              help="A trial stops after this many epochs without a better validation metric.")
+@click.option("--table", type=OUTPUT, help="Write the leaderboard (every trial) as tab-separated values.")
+@click.option("--save-model", type=BINARY_OUTPUT, help="Write the winning model to this file.")
+@click.option("--refit", is_flag=True,
+              help="Retrain the winner on training plus validation rows for its best number of epochs "
+                   "before --save-model and --test.")
+@click.option("--test", type=INPUT, help="File to predict with the winner only (needs --out); never used to choose.")
+@click.option("--out", type=OUTPUT, help="Prediction file for --test; - for stdout.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Trials trained at once, each in its own process.  [default: the number of CPUs]")
+@click.option("--seed", type=int, default=D.seed, show_default=True,
+              help="Seed of the configurations, the hold-out and every trial; the same seed gives the same "
+                   "result whatever --threads.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@no_cache_option
+def tune(task, train_file, validation, holdout, models, trials, budget, metric, method, iters, early_stop,
+         table, save_model, refit, test, out, threads, seed, quiet, no_cache):
+    """Tune FM, RaFM and DiFacto on validation data, as the RaFM paper's experiments do.
+
+    Every model gets the same number of configurations (L2 from the paper's
+    grid, learning rate, ranks from the data's frequency histogram, and for
+    RaFM the training variant and rho_d); they race by successive halving over
+    epochs on the validation metric. Prints a leaderboard and the winner as a
+    `rafm train` command line; --save-model, --table and --test/--out keep
+    the results.
+    """
+    from rafmcli.errors import InputError
+    from rafmcli.metrics import early_stop_metric
+
+    if test and not out:
+        raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
+    if out and not test:
+        raise click.UsageError("--out needs --test FILE")
+    if refit and not (save_model or test):
+        raise click.UsageError("--refit retrains the winner for --save-model or --test; give one of them")
+    distinct_outputs(out=out, save_model=save_model, table=table)
+    try:
+        early_stop_metric(task, metric)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metric") from None
+    data = read(train_file, no_cache, quiet)
+    if data.n_rows == 0:
+        raise InputError(f"{train_file}: no rows")
+    valid = read(validation, no_cache, quiet) if validation else None
+    test_data = read(test, no_cache, quiet) if test else None
+    from rafmcli.solvers.sgd import holdout_split
+
+    if valid is None:
+        data, valid = holdout_split(data, holdout, seed)
+        if valid is None:
+            raise InputError(f"{train_file}: too few rows to hold {holdout:g} of them out for validation")
+    if valid.n_rows == 0:
+        raise InputError(f"{validation}: no rows")
+    from rafmcli.solvers.tune import Search, Settings
+
+    settings = Settings(task=task, models=models, trials=trials, budget=budget * 60 if budget else None,
+                        metric=metric, method=method, iters=iters, early_stop=early_stop, seed=seed,
+                        workers=threads or _cores())
+    echo = (lambda text: None) if quiet else (lambda text: click.echo(f"rafm tune: {text}", err=True))
+    search = Search(settings, data, valid, echo)
+    if not quiet:
+        where = f"validating on {validation}" if validation else f"validating on {valid.n_rows:,} held-out rows"
+        workers = f"{settings.workers} worker process{'es' if settings.workers > 1 else ''}"
+        click.echo(f"rafm tune: {', '.join(models)}; {where}; {workers}", err=True)
+    try:
+        search.run()
+        report_to = sys.stderr if "-" in (out, table) else sys.stdout
+        stopped = search.interrupted not in (None, "budget")
+        _report(search, settings, train_file, validation, holdout, report_to)
+        if stopped:
+            click.echo("rafm tune: interrupted; nothing written", err=True)
+            raise search.interrupted if isinstance(search.interrupted, BaseException) else KeyboardInterrupt
+        winner = search.best()
+        if winner is None:
+            raise click.ClickException("no trial finished an epoch: nothing to keep")
+        _finish(search, winner, data, valid, test_data, test, out, save_model, table, refit, quiet)
+    finally:
+        search.close()
+
+
+def _report(search, settings, train_file, validation, holdout, fh):
+    from rafmcli.solvers.tune import describe
+
+    ranked = search.ranked()
+    if search.interrupted == "budget":
+        click.echo(f"rafm tune: the budget of {settings.budget / 60:g} minutes is spent", err=True)
+    if not ranked:
+        return
+    shown = ranked[:10]
+    for model in settings.models:  # each model's best, even below the top ten
+        best = next((t for t in ranked if t.opts.model == model), None)
+        if best is not None and best not in shown:
+            shown.append(best)
+    lines = [_leader_line(None, search.watch)] + [_leader_line(t.row(), search.watch) for t in shown]
+    click.echo("\n".join(lines), file=fh)
+    winner = search.best()
+    if winner is not None:
+        click.echo(f"\nbest: {describe(winner)}: validation {search.watch} {winner.value:.4f} at epoch "
+                   f"{winner.best_epoch}", file=fh)
+        click.echo(train_command(winner.opts, settings, train_file, validation, holdout), file=fh)
+
+
+def _leader_line(row, watch):
+    if row is None:
+        return (f"{'trial':>5}  {'model':<8}{'ranks':<13}{'L2':>8}{'lr':>9}  {'variant':<8}{'rho_d':>8}"
+                f"{'best ep':>8}{'valid ' + watch:>15}{'params':>12}{'seconds':>9}  status")
+    rho = "-" if math.isnan(row["dependent_rate"]) else f"{row['dependent_rate']:g}"
+    value = "-" if math.isnan(row["metric"]) else f"{row['metric']:.4f}"
+    return (f"{row['trial']:>5}  {row['model']:<8}{row['ranks']:<13}{row['l2']:>8g}{row['learn_rate']:>9g}  "
+            f"{row['variant']:<8}{rho:>8}{row['best_epoch']:>8}{value:>15}{row['params']:>12,}"
+            f"{row['seconds']:>9.1f}  {row['status']}")
+
+
+def train_command(opts, settings, train_file, validation, holdout):
+    """The `rafm train` line that trains the trial's model again (bit for bit, one thread)."""
+    q = shlex.quote
+    words = ["rafm", "train", "--task", opts.task, "--train", q(train_file)]
+    words += ["--validation", q(validation)] if validation else ["--holdout", f"{holdout:g}"]
+    words += ["--model", opts.model, "--ranks", ",".join(map(str, opts.ranks)), "--method", opts.method,
+              "--learn-rate", f"{opts.learn_rate:g}",
+              "--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
+    if opts.model == "rafm" and len(opts.ranks) > 1:
+        words += ["--variant", opts.variant]
+        if opts.variant == "paper" and opts.dependent_rate is not None:
+            words += ["--dependent-rate", f"{opts.dependent_rate:g}"]
+    words += ["--iter", str(opts.iters), "--early-stop", str(opts.early_stop)]
+    if settings.metric:
+        words += ["--metric", settings.metric]
+    words += ["--seed", str(opts.seed)]
+    return " ".join(words)
+
+
+def _finish(search, winner, data, valid, test_data, test, out, save_model, table, refit, quiet):
+    import functools
+    from dataclasses import replace
+
+    from rafmcli.cli.options import warn_unseen
+    from rafmcli.io.output import Outputs, format_predictions
+    from rafmcli.model import files as model_files
+    from rafmcli.predict import predict_dataset
+
+    model = None
+    if save_model or test_data is not None:
+        if refit:
+            from rafmcli.solvers.sgd import train as run_training
+            from rafmcli.solvers.tune import concat
+
+            opts = replace(winner.opts, iters=max(winner.best_epoch, 1), early_stop=0)
+            if not quiet:
+                click.echo(f"rafm tune: refitting the winner on {data.n_rows + valid.n_rows:,} rows for "
+                           f"{opts.iters} epochs", err=True)
+            model, _ = run_training(concat(data, valid), opts, quiet=True, progress=False)
+        else:
+            model, _ = search.checkpoint(winner).result()
+        model.info["training"]["tune"] = {"metric": search.watch, "validation": winner.value,
+                                          "trials": len(search.trials), "refit": bool(refit)}
+    with Outputs() as outputs:
+        if table:
+            outputs.write(table, functools.partial(_write_table, search))
+        if save_model:
+            outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
+        if test_data is not None:
+            predictions, unseen, distinct = predict_dataset(model, test_data)
+            warn_unseen(test, unseen, distinct)
+            outputs.write(out, lambda fh: format_predictions(fh, predictions))
+
+
+TABLE_COLUMNS = ("trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "epochs",
+                 "best_epoch", "metric", "params", "seconds", "status")
+
+
+def _write_table(search, fh):
+    fh.write("\t".join(c if c != "metric" else f"valid_{search.watch}" for c in TABLE_COLUMNS) + "\n")
+    for t in search.ranked():
+        row = t.row()
+        cells = []
+        for c in TABLE_COLUMNS:
+            v = row[c]
+            cells.append("NaN" if isinstance(v, float) and math.isnan(v) else f"{v:.10g}" if isinstance(v, float)
+                         else str(v))
+        fh.write("\t".join(cells) + "\n")

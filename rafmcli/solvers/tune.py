@@ -1,0 +1,394 @@
+"""`rafm tune`: the paper's protocol (section 6.1.1) as one command.
+
+Each model gets the same number of configurations, sampled from a seeded
+design over (L2, learning rate, ranks, and for RaFM variant and rho_d), and
+they race by synchronous successive halving over epochs (Jamieson and
+Talwalkar 2016; Hyperband's building block): every live trial trains to the
+rung's epoch count, the best third by validation metric goes on to three
+times as many epochs, until one trial per model runs to the end (--iter,
+early stopping). A trial is paused between rungs as a pickled
+:class:`~rafmcli.solvers.sgd.Training`, so no epoch is trained twice.
+
+Trials run in worker processes (one thread each); a rung's decisions are
+taken once all of its trials are in, by score then trial number, so the
+result depends on the seed only, not on how many workers there are or which
+finishes first. With a time budget and no trial count, new brackets of
+fresh configurations follow one another (starting from a later rung each
+time, as Hyperband's brackets do) until the time is up.
+"""
+
+import math
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from rafmcli import metrics
+from rafmcli.options import DEFAULTS, method_default
+
+# the paper's L2 grid {1e-6, 5e-6, 1e-5, ..., 1e-1}, one step further: rafm's L2 acts per occurrence
+L2_GRID = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 2e-1)
+LR_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # times the method's default learning rate
+DEP_RATE_STEPS = (1.0, 2.0, 5.0, 10.0)  # rho_d / rho_f of the paper variant
+RAFM_VARIANTS = ("paper", "authors", "cascade")
+ETA = 3  # successive halving keeps the best 1/ETA of a rung
+FIRST_RUNG = 3  # epochs of the first rung
+DEFAULT_TRIALS = 27  # configurations per model and bracket
+
+
+@dataclass
+class Trial:
+    """One configuration and how far it got."""
+
+    number: int
+    opts: object                  # rafmcli.options.Options
+    bracket: int = 0
+    epochs: int = 0
+    best_epoch: int = 0
+    value: float = math.nan       # the watched validation metric at the best epoch
+    score: float = math.inf       # the same as a loss (lower is better)
+    params: int = 0
+    seconds: float = 0.0
+    done: bool = False            # ran to --iter or stopped early (or diverged)
+    diverged: bool = False
+    rung: int = -1                # last rung completed
+    alive: bool = True            # still in the race
+    info: dict = field(default_factory=dict)
+
+    def row(self):
+        o = self.opts
+        return {"trial": self.number, "model": o.model, "ranks": ",".join(map(str, o.ranks)),
+                "l2": o.reg_factors[0], "learn_rate": o.learn_rate,
+                "variant": o.variant if o.model == "rafm" and len(o.ranks) > 1 else "-",
+                "dependent_rate": (o.dependent_rate if o.model == "rafm" and o.variant == "paper"
+                                   and o.dependent_rate is not None else math.nan),
+                "epochs": self.epochs, "best_epoch": self.best_epoch, "metric": self.value,
+                "params": self.params, "seconds": self.seconds,
+                "status": "diverged" if self.diverged else "done" if self.done else
+                          "racing" if self.alive else f"out at rung {self.rung + 1}"}
+
+
+def _stratified(rng, values, n):
+    """n draws covering ``values`` as evenly as n allows, in random order (a Latin-hypercube column)."""
+    reps = -(-n // len(values))
+    column = [values[i] for i in rng.permutation(len(values))] * reps
+    return [column[i] for i in rng.permutation(n)]
+
+
+def sample_configurations(base, model, rank_sets, n, rng):
+    """``n`` Options for ``model`` over the search space; the first is the defaults' point."""
+    lr0 = base.learn_rate
+    regs = _stratified(rng, L2_GRID, n)
+    lrs = _stratified(rng, [lr0 * s for s in LR_STEPS], n)
+    ranks = _stratified(rng, rank_sets, n)
+    variants = _stratified(rng, RAFM_VARIANTS, n)
+    dep = _stratified(rng, DEP_RATE_STEPS, n)
+    out = []
+    for k in range(n):
+        opts = replace(base, model=model, ranks=tuple(ranks[k]), reg_factors=(regs[k],), learn_rate=lrs[k],
+                       dependent_rate=None, variant=DEFAULTS.variant)
+        if model == "rafm" and len(opts.ranks) > 1:
+            opts = replace(opts, variant=variants[k],
+                           dependent_rate=lrs[k] * dep[k] if variants[k] == "paper" else None)
+        out.append(opts)
+    return out
+
+
+# ---- worker processes ------------------------------------------------------------------------
+
+_WORKER = {}
+
+
+def _save_split(folder, name, data):
+    arrays = {"labels": data.labels, "indptr": data.indptr, "indices": data.indices,
+              "feature_ids": data.feature_ids, "counts": data.counts}
+    if data.values is not None:
+        arrays["values"] = data.values
+    for key, value in arrays.items():
+        np.save(os.path.join(folder, f"{name}.{key}.npy"), np.asarray(value))
+
+
+def _load_split(folder, name, path):
+    from rafmcli.io.reader import Dataset
+
+    def part(key):
+        file = os.path.join(folder, f"{name}.{key}.npy")
+        # copy-on-write: numba compiles read-only arrays as another type
+        return np.load(file, mmap_mode="c") if os.path.exists(file) else None
+
+    return Dataset(path, part("labels"), part("indptr"), part("indices"), part("values"), part("feature_ids"),
+                   part("counts"))
+
+
+def _init_worker(folder):
+    """A worker: one numba thread, Ctrl-C left to the parent, the data memory-mapped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import numba
+
+    numba.set_num_threads(1)
+    _WORKER["folder"] = folder
+    _WORKER["train"] = _load_split(folder, "train", "train")
+    _WORKER["valid"] = _load_split(folder, "valid", "validation")
+
+
+def _advance(job):
+    """Train trial ``number`` to ``until`` epochs from its checkpoint; return its progress."""
+    from rafmcli.errors import DivergedError
+    from rafmcli.solvers.sgd import Training
+
+    number, opts, until = job
+    path = os.path.join(_WORKER["folder"], f"trial-{number}.pickle")
+    start = time.perf_counter()
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            run = pickle.load(fh)
+        run.attach(_WORKER["train"], _WORKER["valid"])
+    else:
+        run = Training(_WORKER["train"], opts, _WORKER["valid"])
+    try:
+        run.advance(until)
+    except DivergedError:
+        return {"number": number, "diverged": True, "epochs": run.epoch + 1,
+                "seconds": time.perf_counter() - start, "params": run.model.n_params}
+    with open(path + ".tmp", "wb") as fh:
+        pickle.dump(run, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(path + ".tmp", path)
+    return {"number": number, "diverged": False, "epochs": run.epoch, "best_epoch": run.best_epoch,
+            "value": run.best_value, "score": run.best[0], "done": run.done,
+            "seconds": time.perf_counter() - start, "params": run.model.n_params}
+
+
+# ---- the search ------------------------------------------------------------------------------
+
+@dataclass
+class Settings:
+    """What `rafm tune` was asked for."""
+
+    task: str
+    models: tuple
+    trials: int | None          # configurations per model per bracket; None with a budget: repeat brackets
+    budget: float | None        # seconds, or None
+    metric: str | None
+    method: str
+    iters: int
+    early_stop: int
+    seed: int
+    workers: int
+
+
+class Search:
+    """Successive halving over epochs for every model at once (see the module notes)."""
+
+    def __init__(self, settings, train, validation, echo=None):
+        from rafmcli import ranksets
+
+        self.s = settings
+        self.train, self.validation = train, validation
+        self.echo = echo or (lambda text: None)
+        self.watch = metrics.early_stop_metric(settings.task, settings.metric)
+        self.trials = []
+        self.rng = np.random.default_rng(settings.seed)
+        self.rank_sets = {m: ranksets.candidates(train.counts, train.n_rows, m) for m in settings.models}
+        self.base = replace(DEFAULTS, task=settings.task, method=settings.method, iters=settings.iters,
+                            early_stop=settings.early_stop, seed=settings.seed, metric=settings.metric,
+                            learn_rate=method_default(settings.method, "learn_rate"), threads=1)
+        self.started = time.perf_counter()
+        self.folder = None
+        self.pool = None
+        self.interrupted = None     # "budget" or a signal's name, when the search was cut short
+
+    # configurations
+    def _bracket(self, index, n):
+        """n new configurations per model (bracket ``index``)."""
+        from rafmcli import ranksets
+
+        new = []
+        for model in self.s.models:
+            base = self.base
+            if index == 0:  # the defaults' point first, as rafm train would run it
+                choice = ranksets.choose(self.train.counts, self.train.n_rows, model)
+                first = [replace(base, model=model, ranks=choice.ranks)]
+            else:
+                first = []
+            for opts in first + sample_configurations(base, model, self.rank_sets[model], n - len(first),
+                                                      self.rng):
+                new.append(Trial(len(self.trials) + len(new), opts, bracket=index))
+        self.trials += new
+        return new
+
+    def _rungs(self, skip):
+        """Epoch counts of the rungs: FIRST_RUNG * ETA^k, the last one --iter; ``skip`` first ones dropped."""
+        rungs, e = [], FIRST_RUNG
+        while e < self.s.iters:
+            rungs.append(e)
+            e *= ETA
+        rungs.append(self.s.iters)
+        return rungs[min(skip, len(rungs) - 1):]
+
+    # running
+    def run(self):
+        """Run the search; returns the trials (the caller ranks them). Ctrl-C and the budget
+        end it early: ``interrupted`` then says why, and the trials so far stand."""
+        from rafmcli.errors import Terminated
+
+        self.folder = tempfile.mkdtemp(prefix="rafm-tune-")
+        try:
+            _save_split(self.folder, "train", self.train)
+            _save_split(self.folder, "valid", self.validation)
+            self._warm_up()
+            self._start_pool()
+            bracket = 0
+            while True:
+                n = self.s.trials or DEFAULT_TRIALS
+                trials = self._bracket(bracket, n)
+                self._race(trials, self._rungs(bracket % 3 if self.s.trials is None else 0), bracket)
+                bracket += 1
+                if self.s.trials is not None or self._out_of_time():
+                    break
+        except (KeyboardInterrupt, Terminated) as exc:
+            self.interrupted = "interrupted" if isinstance(exc, KeyboardInterrupt) else exc
+        except _OutOfTime:
+            self.interrupted = "budget"
+        finally:
+            self._stop_pool()
+        return self.trials
+
+    def checkpoint(self, trial):
+        """The trial's paused Training (data attached), or None."""
+        path = os.path.join(self.folder, f"trial-{trial.number}.pickle")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as fh:
+            run = pickle.load(fh)
+        run.attach(self.train, self.validation)
+        return run
+
+    def close(self):
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def _out_of_time(self):
+        return self.s.budget is not None and time.perf_counter() - self.started >= self.s.budget
+
+    def _warm_up(self):
+        """Compile (or load from numba's cache) the kernels once before the workers start."""
+        from rafmcli.solvers.sgd import Training
+
+        rows = np.arange(min(self.train.n_rows, 64))
+        small = self.train.subset(rows)
+        for model in self.s.models:
+            ranks = (4, 16) if model != "fm" else (4,)
+            for variant in (RAFM_VARIANTS if model == "rafm" else ("paper",)):
+                Training(small, replace(self.base, model=model, ranks=ranks, variant=variant, iters=1),
+                         small).advance(1)
+
+    def _start_pool(self):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.pool = context.Pool(self.s.workers, initializer=_init_worker, initargs=(self.folder,))
+
+    def _stop_pool(self):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+    def _race(self, trials, rungs, bracket):
+        alive = list(trials)
+        for r, until in enumerate(rungs):
+            jobs = [(t.number, t.opts, until) for t in alive if not t.done]
+            self.echo(f"bracket {bracket + 1}, rung {r + 1}/{len(rungs)}: {len(alive)} trials to {until} epochs "
+                      f"({len(jobs)} to train)")
+            self._run_jobs(jobs)
+            for t in alive:
+                t.rung = r
+            if r == len(rungs) - 1:
+                break
+            for model in self.s.models:
+                mine = sorted((t for t in alive if t.opts.model == model), key=lambda t: (t.score, t.number))
+                keep = max(1, math.ceil(len(mine) / ETA))
+                for t in mine[keep:]:
+                    t.alive = False
+            alive = [t for t in alive if t.alive]
+            best = self.best()
+            if best is not None:
+                self.echo(f"  best so far: {describe(best)}, validation {self.watch} {best.value:.4f}")
+        for t in trials:
+            t.alive = False
+
+    def _run_jobs(self, jobs):
+        by_number = {t.number: t for t in self.trials}
+        pending = [self.pool.apply_async(_advance, (job,)) for job in jobs]
+        for handle in pending:
+            while True:
+                remaining = None
+                if self.s.budget is not None:
+                    remaining = self.s.budget - (time.perf_counter() - self.started)
+                    if remaining <= 0:
+                        raise _OutOfTime
+                try:
+                    result = handle.get(timeout=min(remaining, 0.5) if remaining is not None else 0.5)
+                    break
+                except _TIMEOUTS:
+                    continue
+            t = by_number[result["number"]]
+            t.seconds += result["seconds"]
+            t.epochs = result["epochs"]
+            t.params = result["params"]
+            if result["diverged"]:
+                t.diverged, t.done, t.score, t.value = True, True, math.inf, math.nan
+            else:
+                t.best_epoch, t.value, t.score, t.done = (result["best_epoch"], result["value"], result["score"],
+                                                          result["done"])
+
+    def best(self):
+        """The trial with the best validation score so far (ties: the earlier trial), or None."""
+        ranked = self.ranked()
+        return ranked[0] if ranked and math.isfinite(ranked[0].score) else None
+
+    def ranked(self):
+        return sorted((t for t in self.trials if t.rung >= 0 or t.epochs), key=lambda t: (t.score, t.number))
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def _timeouts():
+    import multiprocessing
+
+    return (multiprocessing.TimeoutError,)
+
+
+_TIMEOUTS = _timeouts()
+
+
+def describe(trial):
+    """A short line for a trial: model, ranks, L2, rate (and variant, rho_d)."""
+    row = trial.row()
+    text = f"{row['model']} ranks {row['ranks']}, L2 {row['l2']:g}, lr {row['learn_rate']:g}"
+    if row["variant"] != "-":
+        text += f", {row['variant']}"
+        if not math.isnan(row["dependent_rate"]):
+            text += f" rho_d {row['dependent_rate']:g}"
+    return text
+
+
+def concat(a, b):
+    """The rows of Datasets ``a`` then ``b`` as one Dataset (--refit: training plus validation rows)."""
+    from rafmcli.io.reader import Dataset, feature_counts
+
+    indices = np.concatenate([a.indices, b.indices])
+    indptr = np.concatenate([a.indptr, a.indptr[-1] + np.asarray(b.indptr[1:])]).astype(np.int64)
+    values = None
+    if a.values is not None or b.values is not None:
+        values = np.concatenate([a.row_values(), b.row_values()])
+    ids, counts = feature_counts(indices, int(indices.max()) if indices.shape[0] else -1)
+    return Dataset(a.path, np.concatenate([a.labels, b.labels]), indptr, indices, values, ids, counts)

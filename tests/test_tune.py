@@ -1,0 +1,173 @@
+"""`rafm tune`: the search space, successive halving, determinism, and the command end to end."""
+
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli import ranksets
+from rafmcli.cli import main
+from rafmcli.io.reader import read_dataset
+from rafmcli.model import files as model_file
+from rafmcli.options import DEFAULTS, Options
+from rafmcli.predict import predict_dataset
+from rafmcli.solvers import tune as T
+
+
+def run(args):
+    return CliRunner().invoke(main, args)
+
+
+def test_configurations_cover_the_grids_evenly_and_repeat_for_a_seed():
+    base = Options(task="c", method="adam", learn_rate=0.001)
+    sets = [(4, 16), (8, 32), (4, 16, 64)]
+    a = T.sample_configurations(base, "rafm", sets, 24, np.random.default_rng(5))
+    b = T.sample_configurations(base, "rafm", sets, 24, np.random.default_rng(5))
+    assert a == b
+    assert a != T.sample_configurations(base, "rafm", sets, 24, np.random.default_rng(6))
+    regs = [o.reg_factors[0] for o in a]
+    assert set(regs) == set(T.L2_GRID) and max(map(regs.count, set(regs))) <= 2  # 24 draws over 12 values
+    assert {o.ranks for o in a} == set(sets) and all(regs.count(r) >= 1 for r in T.L2_GRID)
+    assert {o.learn_rate for o in a} == {0.001 * s for s in T.LR_STEPS}
+    assert {o.variant for o in a} == set(T.RAFM_VARIANTS)
+    for o in a:  # rho_d only where the variant uses it (rafm train refuses it elsewhere)
+        assert (o.dependent_rate is not None) == (o.variant == "paper")
+    fm = T.sample_configurations(base, "fm", [(8,), (16,)], 6, np.random.default_rng(5))
+    assert all(o.variant == DEFAULTS.variant and o.dependent_rate is None for o in fm)
+
+
+def test_rank_candidates_follow_the_histogram():
+    rng = np.random.default_rng(0)
+    counts = np.concatenate([rng.integers(1, 20, 5000), rng.integers(200, 3000, 40)])
+    top = ranksets.top_rank(counts, 100_000)
+    assert top == 256  # 40 features reach 256 (not 512 for all 40); sqrt(100000) = 316
+    assert ranksets.top_rank(counts, 3000) == 32  # sqrt(3000) = 54.8
+    sets = ranksets.candidates(counts, 100_000, "rafm")
+    assert all(s[-1] <= top and all(b in (4 * a, 16 * a) for a, b in zip(s, s[1:])) for s in sets)
+    for s in sets:  # every upper level holds enough features of its own
+        assert np.all(ranksets.level_sizes(counts, s)[1:] >= ranksets.MIN_TOP_FEATURES)
+    assert ranksets.candidates(counts, 100_000, "fm") == [(d,) for d in (4, 8, 16, 32, 64, 128, 256)]
+
+
+def test_concat_keeps_rows_and_counts(sample):
+    a = read_dataset(sample("regression.train"))
+    b = read_dataset(sample("regression.validation"))
+    both = T.concat(a, b)
+    assert both.n_rows == a.n_rows + b.n_rows
+    np.testing.assert_array_equal(both.labels, np.concatenate([a.labels, b.labels]))
+    r = a.n_rows + 5
+    np.testing.assert_array_equal(both.indices[both.indptr[r]:both.indptr[r + 1]],
+                                  b.indices[b.indptr[5]:b.indptr[6]])
+    ids, counts = np.unique(np.concatenate([a.indices, b.indices]), return_counts=True)
+    np.testing.assert_array_equal(both.feature_ids, ids)
+    np.testing.assert_array_equal(both.counts, counts)
+
+
+def tune_args(sample, tmp_path, tag, *extra):
+    return ["tune", "--task", "r", "--train", sample("regression.train"), "--validation",
+            sample("regression.validation"), "--trials", "3", "--iter", "6", "--table", str(tmp_path / f"{tag}.tsv"),
+            *extra]
+
+
+def table_without_seconds(path):
+    lines = [line.split("\t") for line in path.read_text().splitlines()]
+    col = lines[0].index("seconds")
+    return [row[:col] + row[col + 1:] for row in lines]
+
+
+def test_tune_end_to_end(sample, tmp_path):
+    """Leaderboard, table, winner's command line, saved model and test predictions agree, and the
+    result does not depend on the number of worker processes."""
+    saved, out = tmp_path / "best.rafm", tmp_path / "pred.txt"
+    one = run(tune_args(sample, tmp_path, "one", "--threads", "1", "--quiet"))
+    assert one.exit_code == 0, one.output
+    two = run(tune_args(sample, tmp_path, "two", "--threads", "2", "--save-model", str(saved),
+                        "--test", sample("regression.test"), "--out", str(out)))
+    assert two.exit_code == 0, two.output
+    assert "rung 1/" in two.stderr and "best so far" in two.stderr
+    assert table_without_seconds(tmp_path / "one.tsv") == table_without_seconds(tmp_path / "two.tsv")
+    table = table_without_seconds(tmp_path / "two.tsv")
+    header, rows = table[0], table[1:]
+    assert header[:3] == ["trial", "model", "ranks"] and "valid_rmse" in header
+    assert len(rows) == 9 and sorted(r[1] for r in rows) == ["difacto"] * 3 + ["fm"] * 3 + ["rafm"] * 3
+    metric = [float(r[header.index("valid_rmse")]) for r in rows]
+    assert metric == sorted(metric)  # ranked, best first
+    # the winner: as the leaderboard says, as its command line trains it, as saved
+    command = next(line for line in one.stdout.splitlines() if line.startswith("rafm train "))
+    assert f"validation rmse {metric[0]:.4f}" in one.stdout
+    model = model_file.load(str(saved))
+    assert model.info["training"]["tune"]["validation"] == pytest.approx(metric[0], abs=1e-6)
+    assert model.info["training"]["validation"]["rmse"] == pytest.approx(metric[0], abs=1e-6)
+    again = tmp_path / "again.rafm"
+    result = run(shlex.split(command)[1:] + ["--save-model", str(again), "--quiet"])
+    assert result.exit_code == 0, result.output
+    test = read_dataset(sample("regression.test"))
+    np.testing.assert_array_equal(predict_dataset(model_file.load(str(again)), test)[0],
+                                  predict_dataset(model, test)[0])
+    np.testing.assert_allclose(np.loadtxt(out), predict_dataset(model, test)[0], rtol=1e-8)
+
+
+def test_refit_trains_on_both_for_the_best_epoch_count(sample, tmp_path):
+    saved = tmp_path / "refit.rafm"
+    result = run(["tune", "--task", "c", "--train", sample("classification.train"), "--models", "rafm",
+                  "--trials", "2", "--iter", "4", "--threads", "1", "--refit", "--save-model", str(saved),
+                  "--metric", "auc", "--quiet"])
+    assert result.exit_code == 0, result.output
+    model = model_file.load(str(saved))
+    assert model.info["training"]["tune"]["refit"] and model.info["training"]["tune"]["metric"] == "auc"
+    assert model.info["training"]["epochs"] == model.info["options"]["iters"] >= 1
+    full = read_dataset(sample("classification.train"))
+    assert set(model.feature_ids.tolist()) == set(full.feature_ids.tolist())  # held-out rows included
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--refit"], "--refit retrains the winner"),
+    (["--metric", "auc"], "not a regression metric"),
+    (["--models", "fm,ffm"], "expected distinct models"),
+    (["--models", "fm,fm"], "expected distinct models"),
+    (["--test", "x"], "--test needs --out"),
+    (["--trials", "0"], "--trials"),
+])
+def test_bad_options(sample, args, words):
+    result = run(["tune", "--task", "r", "--train", sample("regression.train"), *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+
+
+def test_budget_stops_the_search(sample):
+    tr = read_dataset(sample("regression.train"))
+    va = read_dataset(sample("regression.validation"))
+    settings = T.Settings(task="r", models=("fm",), trials=None, budget=1e-9, metric=None, method="adagrad",
+                          iters=5, early_stop=5, seed=1, workers=1)
+    search = T.Search(settings, tr, va)
+    try:
+        search.run()
+    finally:
+        search.close()
+    assert search.interrupted == "budget" and search.best() is None
+
+
+def test_ctrl_c_reports_the_best_so_far_and_writes_nothing(sample, tmp_path):
+    table = tmp_path / "t.tsv"
+    proc = subprocess.Popen([sys.executable, "-m", "rafmcli", "tune", "--task", "r", "--train",
+                             sample("regression.train"), "--trials", "12", "--iter", "200", "--early-stop", "200",
+                             "--threads", "1", "--table", str(table)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    seen = ""
+    while "best so far" not in seen and time.time() < deadline:
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "best: " in stdout and "rafm train --task r" in stdout
+    assert "interrupted; nothing written" in stderr
+    assert os.listdir(tmp_path) == []
+    assert not math.isnan(float(stdout.split("validation rmse ")[1].split()[0]))

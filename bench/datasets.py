@@ -10,9 +10,10 @@
 * ``rankaware``: a generated click set whose interactions really are rank-aware
   (:func:`rank_aware_rows`).
 
-MovieLens is read from ../shared/datasets/ml-100k (or $RAFM_ML100K; its licence
-forbids copying it into the repository). Every set has ``train`` and ``test``; validation is the
-seeded 10% hold-out of ``train`` that ``rafm train`` and ``rafm tune`` use.
+MovieLens is converted by bench/ml100k.py (from ../shared/datasets/ml-100k or
+$RAFM_ML100K; its licence forbids copying it into the repository). Every set
+has ``train`` and ``test``; validation is the seeded 10% hold-out of ``train``
+that ``rafm train`` and ``rafm tune`` use.
 """
 
 import os
@@ -22,56 +23,20 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
+sys.path.insert(0, HERE)
+import ml100k  # noqa: E402  (the MovieLens converter)
 
-
-def _find_ml100k():
-    """shared/datasets/ml-100k beside the repository (or beside a parent: git worktrees)."""
-    folder = os.path.dirname(HERE)
-    while True:
-        parent = os.path.dirname(folder)
-        candidate = os.path.join(parent, "shared", "datasets", "ml-100k")
-        if os.path.isdir(candidate) or parent == folder:
-            return candidate
-        folder = parent
-
-
-ML100K = os.environ.get("RAFM_ML100K") or _find_ml100k()
-AGE_EDGES = (18, 25, 35, 45, 50, 56)
 # name -> task
 SETS = {"ml100k-ids": "r", "ml100k-side": "r", "ml100k-click": "c", "rankaware": "c"}
 
 
-def _read(name, sep):
-    with open(os.path.join(ML100K, name), encoding="latin-1") as fh:
-        return [line.rstrip("\n").split(sep) for line in fh if line.strip()]
-
-
-def _ml100k(out, ids_only, click):
-    """Write u1.base / u1.test as libFM rows with the chosen features and labels."""
-    vocab = {}
-
-    def fid(name):
-        return vocab.setdefault(name, len(vocab))
-
-    user_feats, item_feats = {}, {}
-    for uid, age, gender, occupation, zipcode in _read("u.user", "|"):
-        feats = [fid(f"user={uid}")]
-        if not ids_only:
-            feats += [fid(f"age<{next((e for e in AGE_EDGES if int(age) < e), 99)}"),
-                      fid(f"gender={gender}"), fid(f"occupation={occupation}"), fid(f"zip={zipcode}")]
-        user_feats[uid] = feats
-    for fields in _read("u.item", "|"):
-        feats = [(fid(f"item={fields[0]}"), 1.0)]
-        genres = [g for g, flag in enumerate(fields[5:]) if flag == "1"]
-        if not ids_only and genres:
-            feats += [(fid(f"genre={g}"), round(1.0 / len(genres), 4)) for g in genres]
-        item_feats[fields[0]] = feats
-    for split, name in (("train", "u1.base"), ("test", "u1.test")):
-        with open(out[split] + ".tmp", "w") as fh:
-            for uid, iid, rating, _ in _read(name, "\t"):
-                label = ("1" if int(rating) >= 4 else "0") if click else rating
-                tokens = [f"{f}:1" for f in user_feats[uid]] + [f"{f}:{v:g}" for f, v in item_feats[iid]]
-                fh.write(label + " " + " ".join(tokens) + "\n")
+def _click(out, source):
+    """The side-feature rows with rating >= 4 as label 1, else 0."""
+    for split in ("train", "test"):
+        with open(source[split]) as src, open(out[split] + ".tmp", "w") as fh:
+            for line in src:
+                rating, _, rest = line.partition(" ")
+                fh.write(("1" if float(rating) >= 4 else "0") + " " + rest)
         os.replace(out[split] + ".tmp", out[split])
 
 
@@ -127,13 +92,15 @@ def _rankaware(out, n_train=400_000, n_test=100_000, seed=3):
 
 def paths(name):
     """{"train": path, "test": path} of set ``name``, made on first use."""
+    if name in ("ml100k-ids", "ml100k-side"):
+        return ml100k.convert(ids_only=name == "ml100k-ids")
     out = {s: os.path.join(DATA, f"{name}.{s}.libfm") for s in ("train", "test")}
     if not all(os.path.exists(p) for p in out.values()):
         os.makedirs(DATA, exist_ok=True)
         if name == "rankaware":
             _rankaware(out)
         else:
-            _ml100k(out, ids_only=name == "ml100k-ids", click=name == "ml100k-click")
+            _click(out, ml100k.convert(ids_only=False))
     return out
 
 

@@ -20,7 +20,20 @@ import click
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ML100K = os.environ.get("RAFM_ML100K") or os.path.join(HERE, "..", "..", "shared", "datasets", "ml-100k")
+
+
+def _find_ml100k():
+    """shared/datasets/ml-100k beside the repository (or beside a parent: git worktrees)."""
+    folder = os.path.dirname(HERE)
+    while True:
+        parent = os.path.dirname(folder)
+        candidate = os.path.join(parent, "shared", "datasets", "ml-100k")
+        if os.path.isdir(candidate) or parent == folder:
+            return candidate
+        folder = parent
+
+
+ML100K = os.environ.get("RAFM_ML100K") or _find_ml100k()
 AGE_EDGES = (18, 25, 35, 45, 50, 56)
 
 

@@ -27,7 +27,7 @@ class Options:
     iters: int = 100
     learn_rate: float = 0.05
     dependent_rate: float | None = None
-    variant: str = "paper"
+    variant: str = "cascade"
     dependent_weight: float = 1.0
     reg_bias: float = 0.0
     reg_linear: float = 0.0
@@ -59,6 +59,13 @@ class Options:
 
 
 DEFAULTS = Options()
+
+# Without --regular, rafm train races these pairwise L2 values on its validation rows
+# (solvers/sgd.race_l2: all to L2_RACE_RUNGS[0] epochs, the worst dropped, the rest to
+# L2_RACE_RUNGS[1], the best kept); without validation rows it uses reg_factors above.
+L2_CHOICES = (0.001, 0.01, 0.1)
+L2_RACE_RUNGS = (3, 9)
+L2_RACE_MAX_PARAMS = 50_000_000  # above this, three models at once would not fit: no race
 
 # Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc

@@ -356,7 +356,8 @@ def test_predict_into_a_closed_pipe_exits_quietly(sample, tmp_path):
 @pytest.mark.parametrize("args,words", [
     (["--variant", "authors", "--dependent-rate", "0.1"], "--dependent-rate is rho_d of --variant paper"),
     (["--variant", "cascade", "--dependent-rate", "0.1"], "--dependent-rate is rho_d of --variant paper"),
-    (["--dependent-weight", "2"], "--dependent-weight is c_p of --variant authors or cascade"),
+    (["--dependent-rate", "0.1"], "--dependent-rate is rho_d of --variant paper"),  # default: cascade
+    (["--variant", "paper", "--dependent-weight", "2"], "--dependent-weight is c_p of --variant authors or cascade"),
     (["--variant", "paper", "--dependent-weight", "1"], "--dependent-weight is c_p"),
     (["--model", "fm", "--dependent-rate", "0.1"], "--dependent-rate applies to --model rafm only"),
     (["--model", "difacto", "--variant", "authors"], "--variant applies to --model rafm only"),
@@ -378,8 +379,8 @@ def test_dependent_rate_acts(sample, tmp_path):
     for rate in ("1e-30", "0.01"):
         saved = tmp_path / f"m{rate}.rafm"
         result = run(["train", "--task", "r", "--train", sample("regression.train"), "--ranks", "4,16",
-                      "--method", "sgd", "--learn-rate", "0.01", "--dependent-rate", rate, "--iter", "1",
-                      "--holdout", "0", "--save-model", str(saved), "--quiet"])
+                      "--method", "sgd", "--learn-rate", "0.01", "--variant", "paper", "--dependent-rate", rate,
+                      "--iter", "1", "--holdout", "0", "--save-model", str(saved), "--quiet"])
         assert result.exit_code == 0, result.output
         model = model_file.load(str(saved))
         assert model.info["options"]["dependent_rate"] == float(rate)

@@ -17,8 +17,8 @@ from rafmcli.cli.options import (
     read,
     warn_unseen,
 )
-from rafmcli.options import DEFAULT_RANKS, MAX_RANK, METRICS, VARIANTS
 from rafmcli.options import DEFAULTS as D
+from rafmcli.options import MAX_RANK, METRICS, VARIANTS
 
 
 def _nonempty(data):
@@ -32,6 +32,51 @@ def _nonempty(data):
 
 def _shown(values):
     return ",".join(f"{v:g}" for v in values)
+
+
+def _regularisation(regular, ranks, later):
+    """(reg_bias, reg_linear, reg_factors) from --regular for ``ranks``; with ``later`` (--meta with
+    als/mcmc) a per-group form waits for the data's groups."""
+    from rafmcli.options import regularisation
+
+    try:
+        return regularisation(regular, len(ranks))
+    except ValueError as exc:
+        if not later:
+            raise click.BadParameter(str(exc), param_hint="--regular") from None
+    return None, None, None
+
+
+def _l2_choices(data, opts):
+    """The pairwise L2 values to race on validation when --regular is not given (options.L2_CHOICES),
+    or None when three models at once would be too large."""
+    from rafmcli.levels import assign_levels, summarize
+    from rafmcli.options import L2_CHOICES, L2_RACE_MAX_PARAMS
+
+    summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
+    return L2_CHOICES if summary.params(opts.model) <= L2_RACE_MAX_PARAMS else None
+
+
+def _chosen_ranks(data, model_kind, quiet):
+    """Ranks from the training rows' frequency histogram (no --ranks or --dim), said on stderr."""
+    from rafmcli import ranksets
+
+    choice = ranksets.choose(data.counts, data.n_rows, model_kind)
+    if not quiet:
+        click.echo(f"rafm: ranks {_shown(choice.ranks)}: {choice.why}; --ranks to choose", err=True)
+    return choice.ranks
+
+
+def _warn_thin_levels(data, model_kind, ranks, levels_override):
+    """Say which levels hold too few features to matter (Eq. 17 levels; a --levels file aside)."""
+    from rafmcli import ranksets
+
+    if model_kind == "fm" or len(ranks) < 2 or levels_override is not None:
+        return
+    for level, features, share in ranksets.thin_levels(data.counts, data.n_rows, ranks):
+        click.echo(f"rafm: warning: level {level} (rank {ranks[level - 1]}) holds {features:,} features of its "
+                   f"own, {share:.1%} of the non-zeros: it hardly changes the model; `rafm stats --ranks` "
+                   f"shows the levels", err=True)
 
 
 def _method_rates():
@@ -102,9 +147,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
               show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
 @click.option("--dim", type=click.IntRange(1, MAX_RANK),
-              help=f"Rank of an FM (same as --ranks D).  [default: {DEFAULT_RANKS['fm'][0]} for fm]")
+              help="Rank of an FM (same as --ranks D).  [default: from the data, as --ranks]")
 @click.option("--ranks", type=RANKS,
-              help=f"Ranks D_1<...<D_m of rafm and difacto.  [default: {_shown(DEFAULT_RANKS['rafm'])}]")
+              help="Ranks D_1<...<D_m of rafm and difacto.  [default: from the training rows' frequency "
+                   "histogram, printed with the reason]")
 @click.option("--levels", "levels_file", type=click.Path(dir_okay=False),
               help="File of 'feature level' lines overriding the Eq. 17 level k_i of those features.")
 @click.option("--method", type=click.Choice(["sgd", "adagrad", "adam", "sgda", "als", "mcmc"]), default=D.method,
@@ -225,8 +271,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
             click.echo(f"rafm: {printable(init_model)}: its optimizer state is for {init.state.method}; "
                        f"{method} starts afresh", err=True)
         dim = None
-    ranks = (dim,) if dim is not None else ranks or DEFAULT_RANKS[model_kind]
-    if model_kind == "fm" and len(ranks) > 1:
+    ranks = (dim,) if dim is not None else ranks  # None: chosen from the training rows (ranksets.choose)
+    if model_kind == "fm" and ranks is not None and len(ranks) > 1:
         raise click.UsageError("an FM has one rank: use --dim D (or --model rafm/difacto)")
     if test and not out:
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
@@ -252,17 +298,13 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     if method == "mcmc" and burn_in is not None and burn_in >= iters:
         raise click.BadParameter(f"must be below --iter ({iters})", param_hint="--burn-in")
     init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
-    learn_rate = learn_rate if learn_rate is not None else method_default(method, "learn_rate")
     holdout = holdout if _given(ctx, "holdout") else method_default(method, "holdout")
     learn_rate = learn_rate if _given(ctx, "learn_rate") else method_default(method, "learn_rate")
     if not _given(ctx, "regular"):
         regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
                    + tuple(method_default(method, "reg_factors")))
-    try:  # without --meta the form is known now; with it, once the data gives the number of groups
-        reg_bias, reg_linear, reg_factors = regularisation(regular, len(ranks))
-    except ValueError as exc:
-        if not (meta and coordinate):
-            raise click.BadParameter(str(exc), param_hint="--regular") from None
+    if ranks is not None:
+        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, meta and coordinate)
     if threads > 1:
         import numba
 
@@ -275,7 +317,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         from rafmcli.io.groups import read_groups
 
         groups = read_groups(meta)
-    levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
+    levels_override = read_levels_file(levels_file, len(ranks)) if levels_file and ranks is not None else None
     data = _nonempty(read(train_file, no_cache, quiet))
     valid = _nonempty(read(validation, no_cache, quiet)) if validation else None
     if implicit:
@@ -291,6 +333,12 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         if valid is not None and not quiet:
             click.echo(f"rafm: validating on {valid.n_rows:,} held-out training rows ({holdout:g}); "
                        f"--validation FILE or --holdout 0 to change", err=True)
+    if ranks is None:
+        ranks = _chosen_ranks(data, model_kind, quiet)
+        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, meta and coordinate)
+        levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
+    if not quiet:
+        _warn_thin_levels(data, model_kind, ranks, levels_override)
     if levels_override is not None and not quiet:
         absent = levels_override.absent(data.feature_ids)
         if absent:
@@ -344,7 +392,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                                     rlog=log, quiet=quiet, echo=echo)
         else:
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
-                                    rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init)
+                                    rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init,
+                                    l2_choices=None if _given(ctx, "regular") or init is not None
+                                    else _l2_choices(data, opts))
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model, state=save_state), binary=True)
         if dump_model:

@@ -7,7 +7,7 @@ stop.
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -248,8 +248,28 @@ class Training:
         return model, self.history
 
 
+def race_l2(data, opts, validation, choices, rungs, levels_override=None):
+    """Successive halving over pairwise L2 ``choices`` on the validation rows.
+
+    Every choice trains to rungs[0] epochs and the worst is dropped, the rest
+    train to rungs[1] and the best (by the watched validation metric, ties to
+    the earlier choice) is returned, as a :class:`Training` to go on with,
+    with the choices' scores for the record.
+    """
+    runs = [Training(data, replace(opts, reg_factors=(c,) * len(opts.reg_factors)), validation, levels_override)
+            for c in choices]
+    alive = list(range(len(runs)))
+    for until in rungs:
+        for k in alive:
+            runs[k].advance(until)
+        alive = sorted(alive, key=lambda k: (runs[k].best[0], k))
+        alive = alive[:max(1, len(alive) - 1)] if until != rungs[-1] else alive[:1]
+    scores = {c: r.best_value for c, r in zip(choices, runs)}
+    return runs[alive[0]], scores
+
+
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
-          progress=True, echo=print, groups=None, init=None):
+          progress=True, echo=print, groups=None, init=None, l2_choices=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
 
     ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
@@ -263,17 +283,35 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
 
     ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
+    ``l2_choices``: with ``validation`` and a method of this module, race these pairwise
+    L2 values first (:func:`race_l2`) and go on with the winner.
+
     With ``validation``, keeps the parameters of the epoch with the best
     validation metric and stops after ``opts.early_stop`` epochs without
     improvement (0: never stop early).
     """
-    run = Training(data, opts, validation, levels_override, groups, init)
     log = Log(rlog, opts.task)
+    if l2_choices and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
+        from rafmcli.options import L2_RACE_RUNGS
+
+        if not quiet:
+            echo(f"rafm: choosing the pairwise L2 among {', '.join(f'{c:g}' for c in l2_choices)} on the "
+                 f"validation rows ({' then '.join(map(str, L2_RACE_RUNGS))} epochs)")
+        run, scores = race_l2(data, opts, validation, l2_choices, L2_RACE_RUNGS, levels_override)
+        opts = run.opts
+        for row in run.history:
+            log.write(row)
+        if not quiet:
+            shown = ", ".join(f"{c:g}: {v:.4f}" for c, v in scores.items())
+            echo(f"rafm: pairwise L2 {opts.reg_factors[0]:g} chosen on validation {run.watch} ({shown}); "
+                 f"--regular to fix it")
+    else:
+        run = Training(data, opts, validation, levels_override, groups, init)
     bar = None
     if progress and not quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} train",
+        bar = tqdm(total=opts.iters, initial=run.epoch, unit="epoch", leave=False, desc=f"{opts.model} train",
                    disable=None)
     try:
         run.advance(opts.iters, log, bar)

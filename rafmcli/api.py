@@ -242,19 +242,25 @@ class _FMEstimator:
 
     # options
     def options(self):
-        """The :class:`Options` a fit runs with: set parameters over the table's defaults."""
+        """The :class:`Options` a fit runs with: set parameters over the table's defaults.
+
+        ``ranks`` left at None stays None here: ``fit`` chooses them from the training rows'
+        frequency histogram (:func:`rafmcli.ranksets.choose`), as ``rafm train`` does without
+        --ranks; and ``reg_factors`` left at None is raced on the validation rows
+        (:func:`rafmcli.solvers.sgd.race_l2`), as ``rafm train`` does without --regular.
+        """
         given = {name: getattr(self, name) for name in _option_names() if getattr(self, name) is not None}
         model = given.get("model", table.DEFAULTS.model)
-        if model not in table.DEFAULT_RANKS:
-            raise ValueError(f"model must be one of {', '.join(table.DEFAULT_RANKS)}, not {model!r}")
+        if model not in table.MODELS:
+            raise ValueError(f"model must be one of {', '.join(table.MODELS)}, not {model!r}")
         ranks = self._ranks(given.pop("ranks", None), model)
         method = given.get("method", table.DEFAULTS.method)
-        for name in table.METHOD_DEFAULTS.get(method, {}):  # als and mcmc: their own defaults
+        for name in table.METHOD_DEFAULTS.get(method, {}):  # per-method defaults (learning rate, als, mcmc)
             given.setdefault(name, table.method_default(method, name))
         reg = given.pop("reg_factors", table.DEFAULTS.reg_factors)
         reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
-        opts = table.Options(task=self._task, ranks=ranks, reg_factors=table.per_level(reg, len(ranks)),
-                             **given)
+        opts = table.Options(task=self._task, ranks=ranks,
+                             reg_factors=reg if ranks is None else table.per_level(reg, len(ranks)), **given)
         for name in ("iters", "threads"):
             if int(getattr(opts, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(opts, name)}")
@@ -267,7 +273,7 @@ class _FMEstimator:
         from rafmcli.levels import parse_ranks
 
         if ranks is None:
-            return tuple(table.DEFAULT_RANKS[model])
+            return None
         if isinstance(ranks, str):
             ranks = parse_ranks(ranks)
         ranks = (int(ranks),) if np.ndim(ranks) == 0 else tuple(int(r) for r in ranks)
@@ -275,6 +281,19 @@ class _FMEstimator:
         if model == "fm" and len(ranks) > 1:
             raise ValueError(f"an FM has one rank, got ranks={ranks} (use model='rafm' or 'difacto')")
         return ranks
+
+    def _from_data(self, opts, data):
+        """``opts`` with the ranks ``rafm train`` would choose from ``data`` when none were given."""
+        if opts.ranks is not None:
+            return opts
+        from rafmcli import ranksets
+
+        choice = ranksets.choose(data.counts, data.n_rows, opts.model)
+        if self.verbose:
+            print(f"rafm: ranks {','.join(map(str, choice.ranks))}: {choice.why}; ranks= to choose",
+                  file=sys.stderr)
+        return dataclasses.replace(opts, ranks=choice.ranks,
+                                   reg_factors=table.per_level(opts.reg_factors, len(choice.ranks)))
 
     def _levels_override(self, m):
         if self.levels is None:
@@ -321,12 +340,15 @@ class _FMEstimator:
             import numba
 
             numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
-        from rafmcli.solvers.sgd import train
+        opts = self._from_data(opts, data)
+        from rafmcli.solvers.sgd import l2_race_choices, train
+
+        race = self.reg_factors is None and init is None  # as rafm train without --regular
+        extra = {"init": init, "l2_choices": l2_race_choices(data, opts) if race else None}
 
         def echo(message):
             print(message, file=sys.stderr)
 
-        extra = {"init": init}
         if init is not None and opts.method == "sgda":
             raise ValueError("warm_start continues method sgd, adagrad or adam, not sgda")
         if opts.method in ("als", "mcmc"):

@@ -8,7 +8,6 @@ and nowhere else.
 from dataclasses import dataclass
 
 MODELS = ("fm", "rafm", "difacto")
-DEFAULT_RANKS = {"fm": (8,), "rafm": (32, 512), "difacto": (32, 512)}
 # RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
 VARIANTS = ("paper", "authors", "cascade")
 METRICS = ("rmse", "mae", "logloss", "auc", "accuracy")  # rafmcli.metrics computes them
@@ -22,7 +21,7 @@ class Options:
 
     task: str = "r"
     model: str = "rafm"
-    ranks: tuple = DEFAULT_RANKS["rafm"]
+    ranks: tuple | None = None  # None: from the training rows' frequency histogram (ranksets.choose)
     method: str = "adagrad"
     iters: int = 100
     learn_rate: float = 0.05
@@ -31,7 +30,7 @@ class Options:
     dependent_weight: float = 1.0
     reg_bias: float = 0.0
     reg_linear: float = 0.0
-    reg_factors: tuple = (0.01,)
+    reg_factors: tuple = (0.01,)  # when not given: raced on validation rows (L2_CHOICES below)
     init_stdev: float = 0.01
     bias: bool = True
     linear: bool = True
@@ -60,9 +59,10 @@ class Options:
 
 DEFAULTS = Options()
 
-# Without --regular, rafm train races these pairwise L2 values on its validation rows
-# (solvers/sgd.race_l2: all to L2_RACE_RUNGS[0] epochs, the worst dropped, the rest to
-# L2_RACE_RUNGS[1], the best kept); without validation rows it uses reg_factors above.
+# Without --regular (the API: reg_factors=None), rafm train races these pairwise L2 values
+# on its validation rows (solvers/sgd.race_l2: all to L2_RACE_RUNGS[0] epochs, the worst
+# dropped, the rest to L2_RACE_RUNGS[1], the best kept); without validation rows, or with
+# als/mcmc/sgda, it uses reg_factors above.
 L2_CHOICES = (0.001, 0.01, 0.1)
 L2_RACE_RUNGS = (3, 9)
 L2_RACE_MAX_PARAMS = 50_000_000  # above this, three models at once would not fit: no race

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from rafmcli import api
 from rafmcli.cli import main
 from rafmcli.model.layout import CACHE_LINE
-from rafmcli.options import DEFAULT_RANKS, Options, per_level
+from rafmcli.options import METHOD_DEFAULTS, Options
 
 
 def cli(args):
@@ -42,10 +42,9 @@ def test_parameters_are_the_options_table():
     for cls, task in ((api.FMRegressor, "r"), (api.FMClassifier, "c")):
         est = cls()
         assert set(est.get_params()) == fields | {"levels", "warm_start", "verbose"}
-        table = Options(task=task)  # None everywhere: the table's defaults
-        table.reg_factors = per_level(table.reg_factors, len(table.ranks))
-        assert est.options() == table
-    assert api.FMRegressor(model="difacto").options().ranks == DEFAULT_RANKS["difacto"]
+        assert est.options() == Options(task=task)  # None everywhere: the table's defaults
+    assert api.FMRegressor(model="difacto").options().ranks is None  # fit chooses them from the data
+    assert api.FMRegressor(method="adam").options().learn_rate == METHOD_DEFAULTS["adam"]["learn_rate"]
     opts = api.FMRegressor(model="fm", ranks=6, reg_factors=0.5, learn_rate=0.2).options()
     assert (opts.ranks, opts.reg_factors, opts.learn_rate) == ((6,), (0.5,), 0.2)
     assert api.FMRegressor(ranks="4,16").options().ranks == (4, 16)
@@ -54,13 +53,19 @@ def test_parameters_are_the_options_table():
             api.FMRegressor(**bad).options()
 
 
-def test_same_model_as_the_cli(sample, tmp_path):
-    """The API and `rafm train` with the same options train the same model."""
+@pytest.mark.parametrize("given", [{"ranks": (4, 16)}, {}, {"method": "adam", "reg_factors": 0.05}])
+def test_same_model_as_the_cli(sample, tmp_path, given):
+    """The API and `rafm train` with the same options train the same model: without ranks both
+    choose them from the data, without L2 both race it on the validation rows."""
     saved = tmp_path / "cli.rafm"
-    cli(["train", "--task", "r", "--ranks", "4,16", "--seed", "3", "--iter", "6", "--train",
-         sample("regression.train"), "--save-model", str(saved), "--quiet"])
+    words = {"ranks": ["--ranks", "4,16"], "method": ["--method", "adam"], "reg_factors": ["--regular", "0,0,0.05"]}
+    cli(["train", "--task", "r", "--seed", "3", "--iter", "6", "--train", sample("regression.train"),
+         "--save-model", str(saved), "--quiet"] + [w for name in given for w in words[name]])
     X, y = api.read_data(sample("regression.train"))
-    est = api.FMRegressor(ranks=(4, 16), seed=3, iters=6).fit(X, y)
+    est = api.FMRegressor(seed=3, iters=6, **given).fit(X, y)
+    trained = api.load(saved)
+    assert (est.model_.ranks, est.options().learn_rate) == (trained.model_.ranks, trained.learn_rate)
+    assert list(est.model_.info["options"]["reg_factors"]) == list(trained.model_.info["options"]["reg_factors"])
     Xt, _ = api.read_data(sample("regression.test"))
     from_cli = np.array(cli(["predict", "--quiet", "--model", str(saved), sample("regression.test")])
                         .stdout.split(), dtype=float)

@@ -9,6 +9,7 @@ import subprocess
 
 import click
 import pytest
+from click.testing import CliRunner
 from conftest import ROOT
 
 from rafmcli.cli import main
@@ -154,3 +155,17 @@ def test_ci_runs_readme_test_command():
                         if "pytest" in c).split("```")[0].strip()
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as fh:
         assert test_command in fh.read()
+
+
+def test_per_method_defaults_are_the_table():
+    """rafm-train(1) and --help give each method's learning rate and the L2 race's values from
+    rafmcli/options.py (METHOD_DEFAULTS, L2_CHOICES), the table the API reads too."""
+    from rafmcli.options import L2_CHOICES, method_default
+
+    documented = documented_options("rafm-train.1")
+    helped = " ".join(CliRunner().invoke(main, ["train", "--help"]).output.split())
+    for method in ("sgd", "adagrad", "adam", "sgda"):
+        rate = f"{method_default(method, 'learn_rate'):g} for {method}"
+        assert rate in documented["--learn-rate"] and rate in helped
+    assert ", ".join(f"{c:g}" for c in L2_CHOICES[:-1]) + f" and {L2_CHOICES[-1]:g}" in documented["--regular"]
+    assert ",".join(f"{c:g}" for c in L2_CHOICES) in helped

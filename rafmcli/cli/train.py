@@ -18,7 +18,7 @@ from rafmcli.cli.options import (
     warn_unseen,
 )
 from rafmcli.options import DEFAULTS as D
-from rafmcli.options import MAX_RANK, METRICS, VARIANTS
+from rafmcli.options import L2_CHOICES, MAX_RANK, METRICS, VARIANTS
 
 
 def _nonempty(data):
@@ -47,16 +47,6 @@ def _regularisation(regular, ranks, later):
     return None, None, None
 
 
-def _l2_choices(data, opts):
-    """The pairwise L2 values to race on validation when --regular is not given (options.L2_CHOICES),
-    or None when three models at once would be too large."""
-    from rafmcli.levels import assign_levels, summarize
-    from rafmcli.options import L2_CHOICES, L2_RACE_MAX_PARAMS
-
-    summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
-    return L2_CHOICES if summary.params(opts.model) <= L2_RACE_MAX_PARAMS else None
-
-
 def _chosen_ranks(data, model_kind, quiet):
     """Ranks from the training rows' frequency histogram (no --ranks or --dim), said on stderr."""
     from rafmcli import ranksets
@@ -82,7 +72,7 @@ def _warn_thin_levels(data, model_kind, ranks, levels_override):
 def _method_rates():
     from rafmcli.options import method_default
 
-    return ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam"))
+    return ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam", "sgda"))
 
 
 def _given(ctx, name):
@@ -187,7 +177,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
                    "(r0,r1,r2_1,...,r2_m); with --meta, one value per group (r0,r1_1..r1_G,r2_1..r2_G) "
                    "or r2 per group and level. sgd, adagrad, adam: applied when a feature occurs; "
-                   "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10]")
+                   "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10; sgd, adagrad, adam with "
+                   f"validation rows: the pairwise L2 raced among {_shown(L2_CHOICES)} on them]")
 @click.option("--init-stdev", type=FiniteFloatRange(0), default=D.init_stdev, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
@@ -372,6 +363,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
     from rafmcli.predict import kernel_rows, predict_dataset, refuse_nan
+    from rafmcli.solvers.sgd import l2_race_choices
     from rafmcli.solvers.sgd import train as run_training
 
     with Outputs(commit_on=DivergedError) as outputs:  # a diverged run keeps its log: it shows how
@@ -394,7 +386,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
                                     rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init,
                                     l2_choices=None if _given(ctx, "regular") or init is not None
-                                    else _l2_choices(data, opts))
+                                    else l2_race_choices(data, opts))
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model, state=save_state), binary=True)
         if dump_model:

@@ -222,7 +222,7 @@ def _finish(search, winner, data, valid, test_data, test, out, save_model, table
         if test_data is not None:
             predictions, unseen, distinct = predict_dataset(model, test_data)
             warn_unseen(test, unseen, distinct)
-            outputs.write(out, lambda fh: format_predictions(fh, predictions))
+            outputs.write(out, functools.partial(format_predictions, predictions=predictions), binary=True)
 
 
 TABLE_COLUMNS = ("trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "epochs",

@@ -268,6 +268,18 @@ def race_l2(data, opts, validation, choices, rungs, levels_override=None):
     return runs[alive[0]], scores
 
 
+def l2_race_choices(data, opts):
+    """The pairwise L2 values to race when the user gave none (options.L2_CHOICES), or None when
+    the method does not race (als, mcmc, sgda) or three models at once would be too large."""
+    from rafmcli.levels import summarize
+    from rafmcli.options import L2_CHOICES, L2_RACE_MAX_PARAMS
+
+    if opts.method not in ("sgd", "adagrad", "adam"):
+        return None
+    summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
+    return L2_CHOICES if summary.params(opts.model) <= L2_RACE_MAX_PARAMS else None
+
+
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
           progress=True, echo=print, groups=None, init=None, l2_choices=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
@@ -322,7 +334,6 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     if not quiet:
         echo(_summary_line(opts, model, history, model.info["training"]))
     return model, history
-
 
 
 def _summary_line(opts, model, history, summary):

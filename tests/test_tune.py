@@ -91,7 +91,14 @@ def test_tune_end_to_end(sample, tmp_path):
     two = run(tune_args(sample, tmp_path, "two", "--threads", "2", "--save-model", str(saved),
                         "--test", sample("regression.test"), "--out", str(out)))
     assert two.exit_code == 0, two.output
-    assert "rung 1/" in two.stderr and "best so far" in two.stderr
+    assert "rung 1/" in two.stderr and "best so far" in two.stderr  # progress on stderr
+    assert one.stderr == "" and "rafm tune" not in two.stdout  # --quiet is quiet; stdout holds results
+    assert "trained in 2 worker processes" in two.stderr  # trials ran in two processes at once
+    assert (tmp_path / "two.tsv").read_text().splitlines()[0].split("\t") == [
+        "trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "epochs", "best_epoch",
+        "valid_rmse", "params", "seconds", "status"]
+    assert one.stdout.splitlines()[0].split() == ["trial", "model", "ranks", "L2", "lr", "variant", "rho_d",
+                                                  "best", "ep", "valid", "rmse", "params", "seconds", "status"]
     assert table_without_seconds(tmp_path / "one.tsv") == table_without_seconds(tmp_path / "two.tsv")
     table = table_without_seconds(tmp_path / "two.tsv")
     header, rows = table[0], table[1:]
@@ -171,3 +178,19 @@ def test_ctrl_c_reports_the_best_so_far_and_writes_nothing(sample, tmp_path):
     assert "interrupted; nothing written" in stderr
     assert os.listdir(tmp_path) == []
     assert not math.isnan(float(stdout.split("validation rmse ")[1].split()[0]))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="os.mknod of a character device needs root")
+def test_outputs_are_one_transaction(sample, tmp_path):
+    """--table, --save-model and --out are committed together: when one cannot be written (a
+    device made in the test's folder that fails every write, as /dev/full) none is."""
+    import stat
+
+    os.mknod(tmp_path / "full", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    (tmp_path / "m.rafm").write_bytes(b"the previous model")
+    result = run(["tune", "--task", "r", "--train", sample("regression.train"), "--models", "fm", "--trials", "1",
+                  "--iter", "2", "--threads", "1", "--quiet", "--table", str(tmp_path / "t.tsv"), "--save-model",
+                  str(tmp_path / "m.rafm"), "--test", sample("regression.test"), "--out", str(tmp_path / "full")])
+    assert result.exit_code == 2 and "full: cannot write" in result.output, result.output
+    assert sorted(os.listdir(tmp_path)) == ["full", "m.rafm"]
+    assert (tmp_path / "m.rafm").read_bytes() == b"the previous model"

@@ -4,10 +4,20 @@ import math
 import os
 import shlex
 import sys
+import time
 
 import click
 
-from rafmcli.cli.options import BINARY_OUTPUT, INPUT, OUTPUT, distinct_outputs, no_cache_option, read
+from rafmcli.cli.options import (
+    BINARY_OUTPUT,
+    INPUT,
+    OUTPUT,
+    SEED,
+    FiniteFloatRange,
+    distinct_outputs,
+    no_cache_option,
+    read,
+)
 from rafmcli.options import DEFAULTS as D
 from rafmcli.options import METRICS, MODELS
 
@@ -41,14 +51,14 @@ class ModelList(click.ParamType):
               help="r: regression (square loss); c: binary classification (logistic loss).")
 @click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
 @click.option("--validation", type=INPUT, help="Validation file every choice is made on.")
-@click.option("--holdout", type=click.FloatRange(0, 0.5, min_open=True), default=D.holdout, show_default=True,
+@click.option("--holdout", type=FiniteFloatRange(0, 0.5, min_open=True), default=D.holdout, show_default=True,
               help="Without --validation, the fraction of training rows held out to validate on.")
 @click.option("--models", type=ModelList(), default=",".join(MODELS), show_default=True,
               help="Models to tune, each with the same number of configurations.")
 @click.option("--trials", type=click.IntRange(1),
               help="Configurations per model (one bracket of successive halving).  [default: 27, or as many "
                    "brackets as --budget allows]")
-@click.option("--budget", type=click.FloatRange(0, min_open=True),
+@click.option("--budget", type=FiniteFloatRange(0, min_open=True),
               help="Minutes: stop then and keep the best trial so far.")
 @click.option("--metric", type=click.Choice(METRICS),
               help="Validation metric that ranks the trials and stops each one early.  "
@@ -68,7 +78,7 @@ class ModelList(click.ParamType):
 @click.option("--out", type=OUTPUT, help="Prediction file for --test; - for stdout.")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="Trials trained at once, each in its own process.  [default: the number of CPUs]")
-@click.option("--seed", type=int, default=D.seed, show_default=True,
+@click.option("--seed", type=SEED, default=D.seed, show_default=True,
               help="Seed of the configurations, the hold-out and every trial; the same seed gives the same "
                    "result whatever --threads.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
@@ -124,6 +134,11 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
         click.echo(f"rafm tune: {', '.join(models)}; {where}; {workers}", err=True)
     try:
         search.run()
+        if not quiet:
+            n = len(search.processes)
+            click.echo(f"rafm tune: {len(search.trials)} trials, {sum(t.epochs for t in search.trials):,} epochs "
+                       f"trained in {n} worker process{'es' if n != 1 else ''}, "
+                       f"{time.perf_counter() - search.started:.1f}s", err=True)
         report_to = sys.stderr if "-" in (out, table) else sys.stdout
         stopped = search.interrupted not in (None, "budget")
         _report(search, settings, train_file, validation, holdout, report_to)

@@ -153,14 +153,14 @@ def _advance(job):
     try:
         run.advance(until)
     except DivergedError:
-        return {"number": number, "diverged": True, "epochs": run.epoch + 1,
+        return {"number": number, "diverged": True, "epochs": run.epoch + 1, "pid": os.getpid(),
                 "seconds": time.perf_counter() - start, "params": run.model.n_params}
     with open(path + ".tmp", "wb") as fh:
         pickle.dump(run, fh, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(path + ".tmp", path)
     return {"number": number, "diverged": False, "epochs": run.epoch, "best_epoch": run.best_epoch,
             "value": run.best_value, "score": run.best[0], "done": run.done,
-            "seconds": time.perf_counter() - start, "params": run.model.n_params}
+            "seconds": time.perf_counter() - start, "params": run.model.n_params, "pid": os.getpid()}
 
 
 # ---- the search ------------------------------------------------------------------------------
@@ -201,6 +201,7 @@ class Search:
         self.folder = None
         self.pool = None
         self.interrupted = None     # "budget" or a signal's name, when the search was cut short
+        self.processes = set()      # ids of the worker processes that trained epochs
 
     # configurations
     def _bracket(self, index, n):
@@ -339,6 +340,7 @@ class Search:
                 except _TIMEOUTS:
                     continue
             t = by_number[result["number"]]
+            self.processes.add(result["pid"])
             t.seconds += result["seconds"]
             t.epochs = result["epochs"]
             t.params = result["params"]

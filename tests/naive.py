@@ -1,7 +1,8 @@
 """Slow, obviously correct references that the fast code is checked against.
 
-* ``read_plain``: a plain-Python libSVM/libFM reader (regular expressions and
-  bytes.split per line) with every rule of rafm's reader, errors included.
+* ``read_plain``: a plain-Python libSVM/libFM and libFFM reader (regular
+  expressions and bytes.split per line) with every rule of rafm's reader,
+  errors included.
 * FM, RaFM and DiFacto predictions as the O(n^2) pair loop of paper
   Eq. 1, 4 and 5, and its gradient.
 * Each training variant's objective for one row, stop-gradients included
@@ -17,6 +18,7 @@ LINE_END = re.compile(rb"\r\n|\r|\n")
 NUMBER = re.compile(rb"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 INDEX = re.compile(rb"[0-9]+")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+MAX_FIELD = (1 << 20) - 1
 
 
 class PlainError(ValueError):
@@ -41,19 +43,43 @@ def read_plain(text):
 
 def read_plain_counted(text):
     """``read_plain`` plus the number of rows that repeat an index."""
+    return read_plain_fields(text)[:3]
+
+
+def read_plain_fields(text):
+    """``read_plain_counted`` plus the libFFM fields: {index: field} of the stored
+    entries, or None for a libSVM/libFM file.
+
+    libFFM tokens are ``field:idx:value`` (all three parts; field <=
+    MAX_FIELD); the first token decides the file's kind and a token of the
+    other kind is an error; an index repeated in a row with two fields (among
+    its non-zero tokens) is an error, and so is a stored index whose field
+    differs from the one it had on an earlier line.
+    """
     data = text.encode() if isinstance(text, str) else text
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     labels, rows, repeats = [], [], 0
+    kind, fields = None, {}
     for line_no, line in enumerate(LINE_END.split(data), 1):
         tokens = line.split(b"#")[0].split()
         if not tokens:
             continue
         if not NUMBER.fullmatch(tokens[0]) or not np.isfinite(float(tokens[0])):
             raise PlainError(line_no)
-        sums = {}
+        sums, row_fields = {}, {}
         for tok in tokens[1:]:
-            idx, colon, val = tok.partition(b":")
+            parts = tok.split(b":")
+            ffm = len(parts) >= 3
+            if kind is not None and ffm != kind:
+                raise PlainError(line_no)
+            kind = ffm
+            if ffm:
+                if len(parts) != 3 or not INDEX.fullmatch(parts[0]) or int(parts[0]) > MAX_FIELD:
+                    raise PlainError(line_no)
+                field, idx, val, colon = int(parts[0]), parts[1], parts[2], True
+            else:
+                field, (idx, colon, val) = None, tok.partition(b":")
             if not INDEX.fullmatch(idx) or int(idx) > 2**31 - 1:
                 raise PlainError(line_no)
             if colon and not (NUMBER.fullmatch(val) and abs(float(val)) <= FLOAT32_MAX):
@@ -61,6 +87,8 @@ def read_plain_counted(text):
             value = float(np.float32(float(val))) if colon else 1.0
             if value != 0.0:
                 sums.setdefault(int(idx), []).append(value)
+                if row_fields.setdefault(int(idx), field) != field:
+                    raise PlainError(line_no)
         row = []
         for idx, parts in sums.items():
             total = 0.0
@@ -70,10 +98,13 @@ def read_plain_counted(text):
                 raise PlainError(line_no)
             if float(np.float32(total)) != 0.0:
                 row.append((idx, float(np.float32(total))))
+        for idx, _ in sorted(row):
+            if kind and fields.setdefault(idx, row_fields[idx]) != row_fields[idx]:
+                raise PlainError(line_no)
         repeats += any(len(parts) > 1 for parts in sums.values())
         labels.append(float(tokens[0]))
         rows.append(sorted(row))
-    return labels, rows, repeats
+    return labels, rows, repeats, (fields if kind else None)
 
 
 def csr_rows(data):

@@ -34,6 +34,28 @@ def test_hit_is_memory_mapped_and_equal(datafile, monkeypatch):
         np.testing.assert_array_equal(getattr(first, name), getattr(second, name))
 
 
+def test_libffm_fields_are_cached_and_checked(tmp_path, monkeypatch):
+    """Format 3 keeps a libFFM file's fields; an entry whose fields disagree in
+    size with its features is damaged and rebuilt; a subset keeps the fields."""
+    path = tmp_path / "d.ffm"
+    path.write_text("1 0:1:0.5 2:3:1\n0 1:2:1\n1 0:1:2 2:4:1\n")
+    first = read_dataset(str(path))
+    np.testing.assert_array_equal(first.feature_fields, [0, 1, 2, 2])
+    cached = read_dataset(str(path))
+    assert isinstance(cached.feature_fields, np.memmap)
+    np.testing.assert_array_equal(cached.feature_fields, first.feature_fields)
+    sub = cached.subset([1, 2])
+    np.testing.assert_array_equal(sub.feature_ids, [1, 2, 4])
+    np.testing.assert_array_equal(sub.feature_fields, [0, 1, 2])
+    entry = cache._entry_dir(str(path), None)
+    np.save(os.path.join(entry, "feature_fields.npy"), np.zeros(2, np.int32))
+    meta = json.load(open(os.path.join(entry, "meta.json")))
+    meta["arrays"]["feature_fields"]["shape"] = [2]
+    meta["arrays"]["feature_fields"]["crc32"] = cache._crc(np.zeros(2, np.int32))
+    json.dump(meta, open(os.path.join(entry, "meta.json"), "w"))
+    assert cache.load(str(path), cache.identity(str(path))) is None
+
+
 def test_no_cache_writes_nothing(datafile, tmp_path):
     read_dataset(datafile, use_cache=False)
     assert os.listdir(cache.default_dir()) == []

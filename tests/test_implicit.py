@@ -597,3 +597,48 @@ def test_predict_metrics_reproduce_the_validation_metrics(planted, tmp_path):
         assert float(shown[key]) == pytest.approx(value, rel=1e-5), key
     result = run(["predict", "--model", model_path, "--eval-group", "1", str(root / "valid.libfm")])
     assert result.exit_code == 2 and "--metrics" in result.output
+
+
+def to_libffm(src, dst, users):
+    """The planted file with fields: 0 for the users, 1 for the items (what meta.txt says)."""
+    with open(src) as fh, open(dst, "w") as out:
+        for line in fh:
+            label, *tokens = line.split()
+            out.write(" ".join([label] + [f"{int(int(t.split(':')[0]) >= users)}:{t}" for t in tokens]) + "\n")
+
+
+def test_libffm_fields_are_the_groups(planted, tmp_path):
+    """A libFFM training file's fields are its groups: implicit training on it
+    without --meta gives the model --meta gives on the libSVM file, and so do
+    ALS's per-group priors; --meta over a libFFM file wins, with a note."""
+    from rafmcli.model import files as model_files
+
+    root, users, _ = planted
+    for name in ("train", "valid"):
+        to_libffm(root / f"{name}.libfm", tmp_path / f"{name}.ffm", users)
+    common = ["--task", "implicit", "--dim", "4", "--eval-group", "1", "--iter", "3", "--quiet"]
+    for kind, extra in (("implicit", []), ("als", ["--task", "r", "--method", "als", "--regular", "0,1,2,3,4"])):
+        opts = common if kind == "implicit" else extra + ["--dim", "4", "--iter", "2", "--quiet"]
+        svm = run(["train", "--train", str(root / "train.libfm"), "--validation", str(root / "valid.libfm"),
+                   "--meta", str(root / "meta.txt"), "--save-model", str(tmp_path / f"{kind}-meta.rafm")] + opts)
+        assert svm.exit_code == 0, svm.output
+        ffm = run(["train", "--train", str(tmp_path / "train.ffm"), "--validation", str(tmp_path / "valid.ffm"),
+                   "--save-model", str(tmp_path / f"{kind}-ffm.rafm")] + opts)
+        assert ffm.exit_code == 0, ffm.output
+        a, b = (model_files.load(str(tmp_path / f"{kind}-{x}.rafm")) for x in ("meta", "ffm"))
+        np.testing.assert_array_equal(a.V, b.V)
+        np.testing.assert_array_equal(a.w, b.w)
+        if kind == "implicit":
+            np.testing.assert_array_equal(a.vocabulary.group_of, b.vocabulary.group_of)
+            group_of = a.vocabulary.group_of
+            contexts = (("meta", root / "valid.libfm"), ("ffm", tmp_path / "valid.ffm"))
+            recs = [run(["recommend", "--model", str(tmp_path / f"implicit-{x}.rafm"), "--group", "1", "-k", "3",
+                         str(path)]).output for x, path in contexts]
+            assert recs[0] == recs[1] and recs[0].count("\n") == 1 + 3 * 300
+    (tmp_path / "swap.txt").write_text("1\n" * users + "0\n" * 50)
+    both = run(["train", "--train", str(tmp_path / "train.ffm"), "--meta", str(tmp_path / "swap.txt"),
+                "--save-model", str(tmp_path / "swap.rafm")] + common[:-1] + ["--holdout", "0", "--eval-group", "0"])
+    assert both.exit_code == 0, both.output
+    assert "the --meta file gives the feature groups" in both.stderr
+    swapped = model_files.load(str(tmp_path / "swap.rafm")).vocabulary.group_of
+    np.testing.assert_array_equal(swapped, 1 - group_of)

@@ -4,7 +4,7 @@ per block on one thread, wherever the cuts and the bad line fall."""
 
 import numpy as np
 import pytest
-from naive import PlainError, read_plain_counted
+from naive import PlainError, read_plain_counted, read_plain_fields
 
 from rafmcli.errors import InputError
 from rafmcli.io import parse_kernel as K
@@ -16,8 +16,14 @@ PARALLEL = [{"BLOCK_BYTES": block, "PART_BYTES": part, "THREADS": 2}
 FEW_BLOCKS = [PARALLEL[1], PARALLEL[3]]  # each block is a parallel launch: slow on a busy machine
 
 
-def mixed_text(rng, n_rows):
-    """Rows with blanks, comments, repeats and every line end (LF, CRLF, CR) mixed."""
+def field_of(i):
+    """The field of index i in the libFFM texts."""
+    return (i * 7) % 5
+
+
+def mixed_text(rng, n_rows, ffm=False):
+    """Rows with blanks, comments, repeats and every line end (LF, CRLF, CR)
+    mixed; with ``ffm``, libFFM tokens (field_of's fields)."""
     out = []
     for r in range(n_rows):
         kind = rng.random()
@@ -27,8 +33,11 @@ def mixed_text(rng, n_rows):
             line = str(rng.choice(["", "  ", "\t"]))
         else:
             ids = rng.integers(0, 300, size=rng.integers(0, 9))
-            toks = [f"{i}:{rng.choice(['1', '0.5', '-2', '1e-3', '0'])}" if rng.random() < 0.8 else f"{i}"
-                    for i in ids]
+            if ffm:
+                toks = [f"{field_of(i)}:{i}:{rng.choice(['1', '0.5', '-2', '1e-3', '0'])}" for i in ids]
+            else:
+                toks = [f"{i}:{rng.choice(['1', '0.5', '-2', '1e-3', '0'])}" if rng.random() < 0.8 else f"{i}"
+                        for i in ids]
             line = " ".join([str(rng.choice(["0", "1", "-1", "2.5"]))] + toks)
         out.append(line + str(rng.choice(["\n", "\r\n", "\r"])))
     return "".join(out).encode()
@@ -48,6 +57,8 @@ def same(a, b):
         return a == b
     fields = ("labels", "indptr", "indices", "feature_ids", "counts")
     return (all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields)
+            and (a.feature_fields is None) == (b.feature_fields is None)
+            and (a.feature_fields is None or np.array_equal(a.feature_fields, b.feature_fields))
             and (a.values is None) == (b.values is None)
             and (a.values is None or np.array_equal(a.values, b.values))
             and a.rows_with_repeats == b.rows_with_repeats)
@@ -56,9 +67,12 @@ def same(a, b):
 @pytest.mark.parametrize("seed", range(4))
 def test_parts_and_threads_give_the_same_arrays(tmp_path, monkeypatch, seed):
     path = tmp_path / "f.libfm"
-    path.write_bytes(mixed_text(np.random.default_rng(seed), 400))
+    path.write_bytes(mixed_text(np.random.default_rng(seed), 400, ffm=seed % 2 == 1))
     reference = parse(path, SERIAL, monkeypatch)
     assert not isinstance(reference, str)
+    assert (reference.feature_fields is None) == (seed % 2 == 0)
+    if seed % 2:
+        np.testing.assert_array_equal(reference.feature_fields, field_of(reference.feature_ids))
     for settings in PARALLEL:
         assert same(parse(path, settings, monkeypatch), reference), settings
 
@@ -78,6 +92,28 @@ def test_a_bad_line_in_any_block_gives_the_same_error(tmp_path, monkeypatch):
             read_plain_counted(bytes(bad))
         serial = parse(path, SERIAL, monkeypatch)
         assert serial.startswith(f"{path}:{plain.value.line}: "), (at, serial)
+        for settings in FEW_BLOCKS:
+            assert parse(path, settings, monkeypatch) == serial, (at, settings)
+
+
+def test_a_bad_libffm_line_in_any_block_gives_the_same_error(tmp_path, monkeypatch):
+    """libFFM: a token of the wrong kind, a bad field, an index in a second
+    field (across rows, within a row) on line L is FILE:L, wherever the blocks
+    and parts are cut; the earlier lines' fields are checked before it."""
+    rng = np.random.default_rng(6)
+    text = f"1 {field_of(3)}:3:1\n".encode() + mixed_text(rng, 60, ffm=True)
+    lines = text.splitlines(keepends=True)
+    path = tmp_path / "damaged.ffm"
+    bad_tokens = [f"{field_of(3) + 1}:3:1", "3:1", "4", "x:3:1", "2000000:3:1", f"0:5:1 {field_of(5) + 1}:5:2",
+                  "1:2:", "1::2"]
+    for at in range(len(lines)):
+        token = bad_tokens[at % len(bad_tokens)].encode()
+        bad = b"".join(lines[:at]) + b"1 " + token + b" " + b"".join(lines[at:])
+        path.write_bytes(bytes(bad))
+        with pytest.raises(PlainError) as plain:
+            read_plain_fields(bytes(bad))
+        serial = parse(path, SERIAL, monkeypatch)
+        assert serial.startswith(f"{path}:{plain.value.line}: "), (at, token, serial)
         for settings in FEW_BLOCKS:
             assert parse(path, settings, monkeypatch) == serial, (at, settings)
 

@@ -147,6 +147,25 @@ BAD = [
     ("1 1:1\n\n# c\n2 2:1\n0 5:", 5, "missing value after ':'", "5:"),
     ("1 1:1\r\n2 5:1e\r\n", 2, "value is not a number", "5:1e"),
     ("1 1:1 2:3e+\n", 1, "value is not a number", "2:3e+"),
+    # libFFM (issue 13)
+    ("1 0:3:1 1:7:1\n0 3:1\n", 2, "libSVM/libFM token in a libFFM file", "3:1"),
+    ("1 0:3:1\n0 1:7:1 4\n", 2, "libSVM/libFM token in a libFFM file", "4"),
+    ("1 3:1\n\n0 1:7:1\n", 3, "libFFM token (field:index:value) in a libSVM/libFM file", "1:7:1"),
+    ("1 0:3:1 1:7:1\n# 2:3:1\n0 2:3:0.5\n", 3, "feature 3 is in field 0 before this line", "2:3:0.5"),
+    ("1 0:3:1 2:3:0 1:3:2\n", 1, "feature 3 is in field 0 and in field 1", "1:3:2"),
+    ("1 1048576:3:1\n", 1, "field exceeds 1048575", "1048576:3:1"),
+    ("1 99999999999:3:1\n", 1, "field exceeds 1048575", "99999999999:3:1"),
+    ("1 -1:3:1\n", 1, "field is negative", "-1:3:1"),
+    ("1 f:3:1\n", 1, "field is not a non-negative integer", "f:3:1"),
+    ("1 :3:1\n", 1, "missing field before ':'", ":3:1"),
+    ("1 1::1\n", 1, "missing feature index between", "1::1"),
+    ("1 1:3.5:1\n", 1, "feature index is not a non-negative integer", "1:3.5:1"),
+    ("1 1:-3:1\n", 1, "feature index is negative", "1:-3:1"),
+    ("1 1:2147483648:1\n", 1, "exceeds 2147483647", "1:2147483648:1"),
+    ("1 1:3:\n", 1, "missing value after ':'", "1:3:"),
+    ("1 1:3:x\n", 1, "value is not a number", "1:3:x"),
+    ("1 1:3:1:2\n", 1, "value is not a number", "1:3:1:2"),
+    ("1 1:3:1e39\n", 1, "value is not finite", "1:3:1e39"),
 ]
 
 
@@ -293,22 +312,25 @@ def test_control_bytes_are_escaped_in_messages(tmp_path, content, token):
 
 def test_fill_never_writes_out_of_bounds():
     """Class 1: parse_block given arrays too short for its block stops with
-    ERR_FULL and leaves every byte beyond them untouched."""
+    ERR_FULL and leaves every byte beyond them untouched (libFFM fields too)."""
     from rafmcli.io import parse_kernel as K
 
-    text = np.frombuffer(b"1 1:2 2:3\n0 3:4 4:5 5:6\n1 7:1\n", dtype=np.uint8).copy()
-    guard = -7
-    for rows, tokens in [(1, 10), (10, 3), (2, 4)]:
-        labels = np.full(rows + 5, guard, dtype=np.float64)
-        indptr = np.full(rows + 6, guard, dtype=np.int64)
-        indices = np.full(tokens + 5, guard, dtype=np.int32)
-        values = np.full(tokens + 5, guard, dtype=np.float32)
-        indptr[0] = 0
-        code, line, *_ = K.parse_block(text, len(text), 0, 0, labels[:rows], indptr[:rows + 1], indices[:tokens],
-                                        values[:tokens])
-        assert code == K.ERR_FULL
-        assert (labels[rows:] == guard).all() and (indptr[rows + 1:] == guard).all()
-        assert (indices[tokens:] == guard).all() and (values[tokens:] == guard).all()
+    for body in (b"1 1:2 2:3\n0 3:4 4:5 5:6\n1 7:1\n", b"1 0:1:2 0:2:3\n0 1:3:4 1:4:5 2:5:6\n1 3:7:1\n"):
+        text = np.frombuffer(body, dtype=np.uint8).copy()
+        guard = -7
+        for rows, tokens in [(1, 10), (10, 3), (2, 4)]:
+            labels = np.full(rows + 5, guard, dtype=np.float64)
+            indptr = np.full(rows + 6, guard, dtype=np.int64)
+            indices = np.full(tokens + 5, guard, dtype=np.int32)
+            values = np.full(tokens + 5, guard, dtype=np.float32)
+            fields = np.full(tokens + 5, guard, dtype=np.int32)
+            indptr[0] = 0
+            code, line, *_ = K.parse_block(text, len(text), 0, 0, labels[:rows], indptr[:rows + 1],
+                                            indices[:tokens], values[:tokens], fields[:tokens], K.FMT_NONE)
+            assert code == K.ERR_FULL
+            assert (labels[rows:] == guard).all() and (indptr[rows + 1:] == guard).all()
+            assert (indices[tokens:] == guard).all() and (values[tokens:] == guard).all()
+            assert (fields[tokens:] == guard).all()
 
 
 def test_values_zero_in_float32_are_dropped(tmp_path):

@@ -1,7 +1,7 @@
 """Property tests of the reader (issue 8): rafm reads exactly what a plain-Python
 reader reads, and damage to a file is exit 0 or exit 2 with FILE:LINE.
 
-Random valid rows are written with random blanks, comments, BOMs, line ends
+Random valid rows (libSVM/libFM or libFFM, issue 13) are written with random blanks, comments, BOMs, line ends
 (LF, CRLF, CR, mixed), repeated indices, compression and block sizes that cut
 lines anywhere. The examples are derandomised so CI is repeatable; set
 RAFM_HYPOTHESIS=explore for a longer random search.
@@ -17,7 +17,7 @@ import numpy as np
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from naive import PlainError, csr_rows, read_plain_counted
+from naive import MAX_FIELD, PlainError, csr_rows, read_plain_fields
 
 from rafmcli.cli import main
 from rafmcli.io import reader
@@ -50,18 +50,33 @@ def numbers(draw):
 indices = st.one_of(st.integers(0, 12), st.integers(0, 2**31 - 1)).map(str) | st.integers(0, 99).map(lambda i: f"0{i}")
 features = st.tuples(indices, st.none() | st.just("1") | numbers()).map(
     lambda f: f[0] if f[1] is None else f"{f[0]}:{f[1]}")
+ffm_fields = st.one_of(st.just(None), st.integers(0, 4), st.sampled_from([MAX_FIELD, MAX_FIELD + 1]))
+
+
+@st.composite
+def ffm_features(draw, consistent):
+    """``field:idx:value``; with ``consistent`` every index has one field (idx % 3),
+    else a drawn one may clash with the index's field elsewhere or be too large."""
+    idx = draw(indices)
+    field = None if consistent else draw(ffm_fields)
+    field = int(idx) % 3 if field is None else field
+    return f"{field}:{idx}:{draw(st.just('1') | numbers())}"
+
+
 comments = st.text(alphabet="abc 1:2#\t", max_size=8).map(lambda t: "#" + t)
 
 
 @st.composite
-def lines(draw):
+def lines(draw, kind="svm"):
+    """One line of a file of ``kind``: svm, ffm (one field per index) or ffm-any."""
+    tokens = features if kind == "svm" else ffm_features(kind == "ffm")
     kind = draw(st.sampled_from(["row", "row", "row", "comment", "blank"]))
     if kind == "blank":
         return draw(maybe_blanks)
     if kind == "comment":
         return draw(maybe_blanks) + draw(comments)
     parts = [draw(maybe_blanks), draw(numbers())]
-    for feature in draw(st.lists(features, max_size=8)):
+    for feature in draw(st.lists(tokens, max_size=8)):
         parts += [draw(blanks), feature]
     parts.append(draw(maybe_blanks))
     if draw(st.booleans()):
@@ -70,21 +85,24 @@ def lines(draw):
 
 
 @st.composite
-def texts(draw):
-    """A valid file's bytes: lines with random line ends, maybe a BOM, maybe no final line end."""
-    body = "".join(line + draw(line_end) for line in draw(st.lists(lines(), max_size=25)))
+def texts(draw, kinds=("svm", "svm", "ffm")):
+    """A file's bytes (valid unless of kind ffm-any): lines with random line
+    ends, maybe a BOM, maybe no final line end."""
+    kind = draw(st.sampled_from(kinds))
+    body = "".join(line + draw(line_end) for line in draw(st.lists(lines(kind), max_size=25)))
     if body and draw(st.booleans()):
         body = body.rstrip("\r\n")
     return (("\ufeff" if draw(st.booleans()) else "") + body).encode()
 
 
 def parse_with_blocks(path, block):
-    saved = reader.BLOCK_BYTES
-    reader.BLOCK_BYTES = block
+    """Blocks of ``block`` bytes, cut into parts of about a third of a block."""
+    saved = reader.BLOCK_BYTES, reader.PART_BYTES
+    reader.BLOCK_BYTES, reader.PART_BYTES = block, max(1, block // 3)
     try:
         return reader.parse_file(str(path))
     finally:
-        reader.BLOCK_BYTES = saved
+        reader.BLOCK_BYTES, reader.PART_BYTES = saved
 
 
 @SETTINGS
@@ -93,7 +111,7 @@ def test_valid_files_read_as_the_plain_reader_reads_them(tmp_path, text, ext, bl
     path = tmp_path / ("f.libfm" + ext)
     path.write_bytes(COMPRESS[ext](text))
     data = parse_with_blocks(path, block)
-    labels, rows, repeats = read_plain_counted(text)
+    labels, rows, repeats, fields = read_plain_fields(text)
     np.testing.assert_array_equal(data.labels, labels)
     assert csr_rows(data) == rows
     assert data.rows_with_repeats == repeats
@@ -101,6 +119,9 @@ def test_valid_files_read_as_the_plain_reader_reads_them(tmp_path, text, ext, bl
     np.testing.assert_array_equal(data.feature_ids, ids)
     np.testing.assert_array_equal(data.counts, counts)
     assert (data.values is None) == all(v == 1 for row in rows for _, v in row)
+    assert (data.feature_fields is None) == (fields is None)
+    if fields is not None:
+        assert dict(zip(data.feature_ids.tolist(), data.feature_fields.tolist())) == fields
 
 
 edits = st.tuples(st.sampled_from(["replace", "insert", "delete", "truncate"]), st.floats(0, 1),
@@ -125,14 +146,16 @@ def damage(data, changes):
 
 
 @SETTINGS
-@given(text=texts(), changes=st.lists(edits, min_size=1, max_size=3))
+@given(text=texts(("svm", "svm", "ffm-any")), changes=st.lists(edits, min_size=1, max_size=3))
 def test_damaged_files_read_or_fail_on_the_right_line(tmp_path, text, changes):
+    """Damaged libSVM files, and libFFM files whose fields may clash (an index
+    in two fields, a field too large) or that damage turns into mixed files."""
     bad = damage(text, changes)
     path = tmp_path / "damaged.libfm"
     path.write_bytes(bad)
     result = CliRunner().invoke(main, ["stats", "--json", "--no-cache", str(path)])
     try:
-        labels, rows, repeats = read_plain_counted(bad)
+        labels, rows, repeats, _ = read_plain_fields(bad)
     except PlainError as exc:
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"Error: {path}:{exc.line}: "), result.stderr

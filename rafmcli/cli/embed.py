@@ -10,7 +10,7 @@ from rafmcli.cli.options import MODEL, OUTPUT, check_group, load_model
 @click.option("--level", type=click.IntRange(1), default=1, show_default=True,
               help="RaFM and DiFacto: the level whose vectors to write (1: every feature, rank D_1).")
 @click.option("--group", type=click.IntRange(0),
-              help="Only the features of this group (models trained with --meta).")
+              help="Only the features of this group (models trained with groups: --meta or libFFM fields).")
 @click.option("--out", type=OUTPUT, required=True, help="Where to write the vectors; - for stdout.")
 def embed(model_path, level, group, out):
     """Write feature embeddings in word2vec's text format: a line `count dim`,

@@ -10,7 +10,7 @@ from rafmcli.options import DEFAULTS as D
 @click.option("--model", "model_path", type=MODEL, required=True,
               help="Model file written by rafm train --task implicit --save-model.")
 @click.option("--group", type=click.IntRange(0), required=True,
-              help="The group whose values to recommend (a group number of the --meta file).")
+              help="The group whose values to recommend (a group of the --meta file or a libFFM field).")
 @click.option("--top-k", "-k", type=TOP_K, default=D.top_k, show_default=True,
               help="Recommendations per row.")
 @click.option("--exclude-seen", type=INPUT,

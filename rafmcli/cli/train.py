@@ -30,13 +30,29 @@ def _nonempty(data):
     return data
 
 
+def _groups(groups, data, train_file, used, quiet):
+    """The feature groups: the --meta file's (``groups``), else the fields of a
+    libFFM training file; None without either."""
+    from rafmcli.errors import printable
+    from rafmcli.io.groups import FieldGroups
+
+    fields = FieldGroups.of(data)
+    if groups is None:
+        return fields
+    if fields is not None and used and not quiet:
+        click.echo(f"rafm: the --meta file gives the feature groups; the fields of {printable(train_file)} "
+                   f"are not used", err=True)
+    return groups
+
+
 def _shown(values):
     return ",".join(f"{v:g}" for v in values)
 
 
 def _regularisation(regular, ranks, later):
-    """(reg_bias, reg_linear, reg_factors) from --regular for ``ranks``; with ``later`` (--meta with
-    als/mcmc) a per-group form waits for the data's groups."""
+    """(reg_bias, reg_linear, reg_factors) from --regular for ``ranks``; with ``later`` (als/mcmc,
+    whose groups may come from --meta or the training file's libFFM fields) a per-group form waits
+    for the data's groups."""
     from rafmcli.options import regularisation
 
     try:
@@ -196,7 +212,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
 @click.option("--meta", type=click.Path(dir_okay=False),
               help="Feature groups (libFM's group file: line n holds the group of feature n; features beyond "
                    "the file form one more group): als and mcmc give each group its own priors and L2 "
-                   "weights (--regular per group); implicit data resamples negatives by group.")
+                   "weights (--regular per group); implicit data resamples negatives by group. A libFFM "
+                   "training file (field:index:value) gives its fields as the groups; --meta overrides them.")
 @click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
 @click.option("--alpha1", type=FiniteFloatRange(0, 10), default=D.alpha1, show_default=True,
@@ -294,15 +311,13 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     if not _given(ctx, "regular"):
         regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
                    + tuple(method_default(method, "reg_factors")))
-    if ranks is not None:
-        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, meta and coordinate)
+    if ranks is not None:  # groups (--meta, libFFM fields) may come with the data: als/mcmc wait for it
+        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, coordinate)
     if threads > 1:
         import numba
 
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     implicit = task == "implicit"
-    if implicit and not meta:
-        raise click.UsageError("--task implicit needs --meta FILE (the feature groups)")
     groups = None
     if meta:
         from rafmcli.io.groups import read_groups
@@ -310,6 +325,10 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         groups = read_groups(meta)
     levels_override = read_levels_file(levels_file, len(ranks)) if levels_file and ranks is not None else None
     data = _nonempty(read(train_file, no_cache, quiet))
+    groups = _groups(groups, data, train_file, grouped or implicit, quiet)
+    if implicit and groups is None:
+        raise click.UsageError("--task implicit needs feature groups: --meta FILE or a libFFM training file "
+                               "(field:index:value)")
     valid = _nonempty(read(validation, no_cache, quiet)) if validation else None
     if implicit:
         from rafmcli.io.reader import require_positive_labels
@@ -326,7 +345,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                        f"--validation FILE or --holdout 0 to change", err=True)
     if ranks is None:
         ranks = _chosen_ranks(data, model_kind, quiet)
-        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, meta and coordinate)
+        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, coordinate)
         levels_override = read_levels_file(levels_file, len(ranks)) if levels_file else None
     if not quiet:
         _warn_thin_levels(data, model_kind, ranks, levels_override)
@@ -339,7 +358,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         raise click.UsageError("--method sgda learns its regularisation on validation rows: give --validation "
                                "FILE or --holdout > 0")
     assignment = None
-    if meta and grouped:
+    if groups is not None and grouped:
         assignment = groups.assign(data.feature_ids)
         if assignment.beyond and not quiet:
             click.echo(f"rafm: {printable(meta)}: {assignment.beyond:,} features beyond its "
@@ -348,6 +367,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
             reg_bias, reg_linear, reg_factors = regularisation(regular, len(ranks), assignment.n_groups)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--regular") from None
+    elif coordinate:
+        reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, False)
     opts = Options(task=task, model=model_kind, ranks=tuple(ranks), method=method, iters=iters,
                    learn_rate=learn_rate, dependent_rate=dependent_rate, variant=variant,
                    dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,

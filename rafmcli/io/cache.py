@@ -24,13 +24,14 @@ from rafmcli.errors import printable
 from rafmcli.io.columns import Columns
 from rafmcli.io.reader import Dataset
 
-FORMAT = 2  # 2: identity has inode and ctime; meta.json holds rows_with_repeats
-# Every array an entry may hold, with its dtype; all but ``values`` and the columns are required.
+FORMAT = 3  # 2: identity has inode and ctime; meta.json holds rows_with_repeats; 3: libFFM fields
+# Every array an entry may hold, with its dtype; all but ``values``, ``feature_fields`` (libFFM
+# files) and the columns are required.
 _DTYPES = {"labels": "float64", "indptr": "int64", "indices": "int32", "values": "float32",
-           "feature_ids": "int32", "counts": "int64"}
+           "feature_ids": "int32", "counts": "int64", "feature_fields": "int32"}
 # The transposed data (io/columns.py), added to an entry when ALS or MCMC first read the file
 _COLUMN_DTYPES = {"col_indptr": "int64", "col_rows": "int32", "col_values": "float32"}
-_OPTIONAL = {"values"} | set(_COLUMN_DTYPES)
+_OPTIONAL = {"values", "feature_fields"} | set(_COLUMN_DTYPES)
 
 
 class _Damaged(Exception):
@@ -91,10 +92,12 @@ def _read_entry(entry, path, ident):
     repeats = meta.get("rows_with_repeats")
     _check(isinstance(repeats, int) and repeats >= 0, "rows_with_repeats")
     data = Dataset(path, arrays["labels"], arrays["indptr"], arrays["indices"], arrays.get("values"),
-                   arrays["feature_ids"], arrays["counts"], repeats)
+                   arrays["feature_ids"], arrays["counts"], repeats, arrays.get("feature_fields"))
     _check(data.indptr.shape[0] == data.n_rows + 1 and data.indptr[0] == 0 and data.indptr[-1] == data.nnz
            and (data.values is None or data.values.shape[0] == data.nnz)
-           and data.feature_ids.shape == data.counts.shape, "array sizes disagree")
+           and data.feature_ids.shape == data.counts.shape
+           and (data.feature_fields is None or data.feature_fields.shape == data.feature_ids.shape),
+           "array sizes disagree")
     if "col_indptr" in arrays:
         columns = Columns(arrays["col_indptr"], arrays.get("col_rows"),
                           arrays.get("col_values", np.zeros(0, np.float32)))

@@ -1,4 +1,5 @@
-"""Feature groups: libFM's ``--meta`` file (line n holds the group id of feature n).
+"""Feature groups: libFM's ``--meta`` file (line n holds the group id of feature n),
+or the fields of a libFFM training file (``label field:idx:value``: group = field).
 
 Groups give the Bayesian solver its per-group priors and the SGD, SGDA and
 ALS solvers their per-group regularisation; negative sampling resamples one
@@ -52,6 +53,36 @@ class GroupAssignment:
     def sizes(self):
         """Features per group."""
         return np.bincount(self.group, minlength=self.n_groups).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class FieldGroups:
+    """Groups read from a libFFM file: ``fields[j]`` is the field of feature ``ids[j]``
+    (sorted ids); group ids are the field numbers, so ``n_named`` = largest field + 1."""
+
+    path: str
+    ids: np.ndarray
+    fields: np.ndarray
+    n_named: int
+
+    @classmethod
+    def of(cls, data):
+        """The fields of a parsed libFFM file (a reader Dataset), or None for libSVM/libFM."""
+        if data.feature_fields is None:
+            return None
+        fields = np.asarray(data.feature_fields, dtype=np.int32)
+        n_named = int(fields.max()) + 1 if fields.shape[0] else 0
+        return cls(data.path, np.asarray(data.feature_ids), fields, n_named)
+
+    def assign(self, feature_ids):
+        """The :class:`GroupAssignment` of ``feature_ids``; ids the file lacks form one extra group."""
+        ids = np.asarray(feature_ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), max(self.ids.shape[0] - 1, 0))
+        inside = self.ids[at] == ids if self.ids.shape[0] else np.zeros(ids.shape, dtype=bool)
+        group = np.full(ids.shape, self.n_named, dtype=np.int32)
+        group[inside] = self.fields[at[inside]]
+        beyond = int((~inside).sum())
+        return GroupAssignment(group, self.n_named + (beyond > 0), beyond)
 
 
 def single_group(n_features):

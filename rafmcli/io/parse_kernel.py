@@ -1,13 +1,19 @@
 """numba parser for libSVM/libFM text held in a byte buffer.
 
-Grammar of one line: ``label [idx[:value] ...] [# comment]``, fields split by
-spaces, tabs, VT or FF. A line ends at LF, CRLF or a lone CR (old Mac files);
+Grammar of one line: ``label [idx[:value] ...] [# comment]`` (libSVM/libFM) or
+``label [field:idx:value ...] [# comment]`` (libFFM), tokens split by spaces,
+tabs, VT or FF; a file is one or the other (the first token decides: a token of
+the other kind is an error, ERR_MIXED). A line ends at LF, CRLF or a lone CR (old Mac files);
 CRLF is one line end. Blank and comment-only lines are skipped; ``idx`` alone
 means value 1; values that round to 0 in float32 are dropped, so the CSR
 arrays hold only non-zeros; each row's entries are sorted by index, and an
 index repeated within a row holds the sum of its values (in float64, in file
 order, rounded once to float32; a zero sum is dropped), as scipy's
-``sum_duplicates`` keeps one value per index.
+``sum_duplicates`` keeps one value per index. A libFFM entry's field goes to
+``fields`` beside its index (moved along when a row is sorted); an index
+repeated within a row with two fields is ERR_FIELD_CONFLICT. That an index
+has one field across rows is checked by ``check_fields`` after a block is
+parsed, against a hash table of the fields seen so far.
 
 The input is read once, in blocks of whole lines (the caller cuts a block
 after its last complete line end and never cuts a CRLF in two). Each block is
@@ -47,20 +53,30 @@ ERR_VALUE = 7
 ERR_VALUE_INF = 8
 ERR_SUM_INF = 9
 ERR_INDEX_MISSING = 10
+ERR_MIXED = 11  # a libSVM token in a libFFM file, or the other way round
 ERR_FULL = 12  # the arrays are too short for the block (never in parse_parts' regions)
+ERR_FIELD_RANGE = 13
+ERR_FIELD_CONFLICT = 14  # one index with two fields (within a row here; across rows: check_fields)
+
+# a block's (or part's) format so far: no token yet, libSVM/libFM, libFFM
+FMT_NONE = 0
+FMT_SVM = 1
+FMT_FFM = 2
 
 INT32_MAX = 2147483647
 MAX_INDEX_DIGITS = 10  # INT32_MAX's digits; a longer index takes the careful path
+MAX_FIELD = (1 << 20) - 1  # fields number groups: tables sized by the largest field stay small
 FLOAT32_MAX = 3.4028234663852886e38
 LF = 10
 CR = 13
 
 # parse_block's result, one row of parse_parts' table: error code, lines (on
 # error: the offending line), rows, entries, largest index (-1: none), rows
-# with a repeated index, the byte span of the offending token, every value 1
+# with a repeated index, the byte span of the offending token, every value 1,
+# the format (FMT_*) at the end (or at the error)
 (R_CODE, R_LINES, R_ROWS, R_NZ, R_MAX_INDEX, R_REPEATS, R_ERR_START, R_ERR_END,
- R_ONES) = range(9)
-N_RESULTS = 9
+ R_ONES, R_FORMAT) = range(10)
+N_RESULTS = 10
 
 # byte classes: 0 part of a token, 1 blank (space, tab, VT, FF), 2 line end (LF, CR), 3 '#'
 _CLASS = np.zeros(256, dtype=np.uint8)
@@ -175,10 +191,11 @@ def _next_line(buf, pos, n):
 
 
 @njit(cache=True, nogil=True)
-def _sum_repeats(indices, values, a, b):
+def _sum_repeats(indices, values, fields, with_fields, a, b):
     """Merge runs of one index in sorted entries a..b into their sum; drop zero sums.
 
-    Returns the new end, or -1 if a sum is not finite in float32.
+    Returns the new end, -1 if a sum is not finite in float32, or -2 if
+    ``with_fields`` and a run holds two fields.
     """
     w = a
     j = a
@@ -187,6 +204,8 @@ def _sum_repeats(indices, values, a, b):
         total = np.float64(values[j])
         k = j + 1
         while k < b and indices[k] == idx:
+            if with_fields and fields[k] != fields[j]:
+                return -2
             total += np.float64(values[k])
             k += 1
         if not abs(total) <= FLOAT32_MAX:
@@ -195,6 +214,8 @@ def _sum_repeats(indices, values, a, b):
         if v != 0:
             indices[w] = idx
             values[w] = v
+            if with_fields:
+                fields[w] = fields[j]
             w += 1
         j = k
     return w
@@ -214,41 +235,51 @@ def _long_index(buf, start, end):
 
 
 @njit(cache=True, nogil=True)
-def _sort_row(indices, values, a, b):
-    """Sort entries a..b by index, stably (insertion sort; mergesort for long rows)."""
+def _sort_row(indices, values, fields, with_fields, a, b):
+    """Sort entries a..b by index, stably (insertion sort; mergesort for long
+    rows); ``fields`` move along ``with_fields``."""
     if b - a > 32:
         order = np.argsort(indices[a:b], kind="mergesort")
         indices[a:b] = indices[a:b][order]
         values[a:b] = values[a:b][order]
+        if with_fields:
+            fields[a:b] = fields[a:b][order]
         return
     for i in range(a + 1, b):
         key = indices[i]
         if indices[i - 1] <= key:
             continue
         v = values[i]
+        f = fields[i] if with_fields else 0
         j = i - 1
         while j >= a and indices[j] > key:
             indices[j + 1] = indices[j]
             values[j + 1] = values[j]
+            if with_fields:
+                fields[j + 1] = fields[j]
             j -= 1
         indices[j + 1] = key
         values[j + 1] = v
+        if with_fields:
+            fields[j + 1] = f
 
 
 @njit(cache=True, nogil=True)
-def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
+def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values, fields, fmt):
     """Parse ``buf[:n]`` (whole lines) into the CSR arrays, from their start.
 
     Row k goes to ``labels[k]``, its entries to ``indices`` and ``values``
-    from ``indptr[k] - nz_base``, and ``indptr[k + 1]`` gets ``nz_base``
-    plus the entries so far; ``indptr[0]`` is not touched. ``line_no`` is
-    the number of lines before ``buf``. A row that would not fit in the
-    arrays returns ERR_FULL instead of writing. Returns the ``N_RESULTS``
-    fields named by ``R_*``: on error ``line_no`` is the offending line and
-    the span its token (for ERR_SUM_INF, the line).
+    (libFFM fields to ``fields``) from ``indptr[k] - nz_base``, and
+    ``indptr[k + 1]`` gets ``nz_base`` plus the entries so far;
+    ``indptr[0]`` is not touched. ``line_no`` is the number of lines before
+    ``buf``, ``fmt`` the format (FMT_*) of what precedes it. A row that would
+    not fit in the arrays returns ERR_FULL instead of writing. Returns the
+    ``N_RESULTS`` fields named by ``R_*``: on error ``line_no`` is the
+    offending line and the span its token (for ERR_SUM_INF and
+    ERR_FIELD_CONFLICT, the line).
     """
     cap_rows = min(labels.shape[0], indptr.shape[0] - 1)
-    cap_nz = min(indices.shape[0], values.shape[0])
+    cap_nz = min(indices.shape[0], values.shape[0], fields.shape[0])
     row = 0
     nz = 0
     max_index = -1
@@ -267,11 +298,11 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
             continue
         ok, label, end = parse_number(buf, pos)
         if not ok or _CLASS[buf[end]] == 0:
-            return ERR_LABEL, line_no, row, nz, max_index, repeats, pos, _token_end(buf, pos), ones
+            return ERR_LABEL, line_no, row, nz, max_index, repeats, pos, _token_end(buf, pos), ones, fmt
         if not np.isfinite(label):
-            return ERR_LABEL_INF, line_no, row, nz, max_index, repeats, pos, end, ones
+            return ERR_LABEL_INF, line_no, row, nz, max_index, repeats, pos, end, ones, fmt
         if row >= cap_rows:
-            return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones
+            return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones, fmt
         pos = end
         row_start = nz
         while True:
@@ -284,7 +315,7 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
             start = pos
             c = buf[pos]
             if c == 45:
-                return ERR_INDEX_NEG, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
+                return ERR_INDEX_NEG, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
             idx = 0
             while 48 <= c <= 57:  # no overflow check per digit: a long index is redone
                 idx = idx * 10 + (c - 48)
@@ -294,56 +325,98 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values):
                 idx = _long_index(buf, start, pos)
             if pos == start:
                 code = ERR_INDEX_MISSING if c == 58 else ERR_INDEX
-                return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
+                return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
             if c != 58 and _CLASS[c] == 0:
-                return ERR_INDEX, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
+                return ERR_INDEX, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
             if idx > INT32_MAX:
-                return ERR_INDEX_RANGE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
+                return ERR_INDEX_RANGE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
             value = np.float32(1.0)
+            field = -1
             if c == 58:
                 pos += 1
                 if buf[pos] == 49 and _CLASS[buf[pos + 1]] != 0:
                     pos += 1
                 else:
                     if _CLASS[buf[pos]] != 0:
-                        return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos, ones
+                        return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos, ones, fmt
                     ok, number, end = parse_number(buf, pos)
+                    if ok and buf[end] == 58:  # field:idx:value: what was read as the index is the field
+                        code, field, idx, pos = _ffm_index(buf, idx, pos, end)
+                        if code != OK:
+                            return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
+                        if _CLASS[buf[pos]] != 0:
+                            return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos, ones, fmt
+                        ok, number, end = parse_number(buf, pos)
                     if not ok or _CLASS[buf[end]] == 0:
-                        return ERR_VALUE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones
+                        return ERR_VALUE, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
                     if not abs(number) <= FLOAT32_MAX:
-                        return ERR_VALUE_INF, line_no, row, nz, max_index, repeats, start, end, ones
+                        return ERR_VALUE_INF, line_no, row, nz, max_index, repeats, start, end, ones, fmt
                     value = np.float32(number)
                     ones &= value == 1
                     pos = end
+            if field < 0:
+                if fmt == FMT_FFM:
+                    return ERR_MIXED, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
+                fmt = FMT_SVM
+            else:
+                if fmt == FMT_SVM:
+                    return ERR_MIXED, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
+                fmt = FMT_FFM
             if value != 0:
                 if nz >= cap_nz:
-                    return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones
+                    return ERR_FULL, line_no, row, nz, max_index, repeats, line_start, pos, ones, fmt
                 if idx > max_index:
                     max_index = idx
                 indices[nz] = idx
                 values[nz] = value
+                if field >= 0:
+                    fields[nz] = field
                 nz += 1
         increasing = True  # rows mostly come sorted, without repeats: one check for both
         for j in range(row_start + 1, nz):
             increasing &= indices[j - 1] < indices[j]
         if not increasing:
-            _sort_row(indices, values, row_start, nz)
+            with_fields = fmt == FMT_FFM
+            _sort_row(indices, values, fields, with_fields, row_start, nz)
             repeated = False
             for j in range(row_start + 1, nz):
                 if indices[j] == indices[j - 1]:
                     repeated = True
                     break
             if repeated:
-                nz = _sum_repeats(indices, values, row_start, nz)
+                nz = _sum_repeats(indices, values, fields, with_fields, row_start, nz)
                 if nz < 0:
-                    return ERR_SUM_INF, line_no, row, row_start, max_index, repeats, line_start, pos, ones
+                    code = ERR_SUM_INF if nz == -1 else ERR_FIELD_CONFLICT
+                    return code, line_no, row, row_start, max_index, repeats, line_start, pos, ones, fmt
                 repeats += 1
                 ones = False  # sums may be 1 too: the caller checks the values at the end
         labels[row] = label
         row += 1
         indptr[row] = nz_base + nz
         pos = _next_line(buf, pos, n)
-    return OK, line_no, row, nz, max_index, repeats, 0, 0, ones
+    return OK, line_no, row, nz, max_index, repeats, 0, 0, ones, fmt
+
+
+@njit(cache=True, nogil=True)
+def _ffm_index(buf, field, pos, end):
+    """The index of a libFFM token whose field was read; its digits are
+    buf[pos:end] (a ':' at ``end``). Returns (code, field, index, start of the value)."""
+    if field > MAX_FIELD:
+        return ERR_FIELD_RANGE, field, 0, end + 1
+    if buf[pos] == 45:
+        return ERR_INDEX_NEG, field, 0, end + 1
+    idx = 0
+    q = pos
+    while q < end and 48 <= buf[q] <= 57:
+        idx = idx * 10 + (buf[q] - 48)
+        q += 1
+    if q != end:
+        return ERR_INDEX, field, 0, end + 1
+    if end - pos > MAX_INDEX_DIGITS:
+        idx = _long_index(buf, pos, end)
+    if idx > INT32_MAX:
+        return ERR_INDEX_RANGE, field, 0, end + 1
+    return OK, field, idx, end + 1
 
 
 @njit(cache=True, nogil=True)
@@ -385,18 +458,19 @@ def _region(cuts, p):
 
 
 @njit(cache=True, nogil=True)
-def parse_parts(lo, hi, buf, cuts, labels, indptr, indices, values, results):
+def parse_parts(lo, hi, buf, cuts, labels, indptr, indices, values, fields, fmt, results):
     """``parse_block`` on parts lo..hi-1, each into its scratch region, lines
     counted from 0 in each part, error spans as offsets into ``buf``; part
-    p's ``R_*`` fields go to ``results[p]``. Parts are independent: ranges
-    of them run on threads at once (``threads.spread``)."""
+    p's ``R_*`` fields go to ``results[p]``. Each part starts in format
+    ``fmt`` (the file's so far). Parts are independent: ranges of them run
+    on threads at once (``threads.spread``)."""
     for p in range(lo, hi):
         a, b = cuts[p], cuts[p + 1]
         r0, i0, z0, cap = _region(cuts, p)
         indptr[i0] = 0
-        code, lines, rows, nz, mx, rep, e0, e1, ones = parse_block(
+        code, lines, rows, nz, mx, rep, e0, e1, ones, form = parse_block(
             buf[a:b], b - a, 0, 0, labels[r0:r0 + cap], indptr[i0:i0 + cap + 1],
-            indices[z0:z0 + cap], values[z0:z0 + cap])
+            indices[z0:z0 + cap], values[z0:z0 + cap], fields[z0:z0 + cap], fmt)
         results[p, R_CODE] = code
         results[p, R_LINES] = lines
         results[p, R_ROWS] = rows
@@ -406,6 +480,78 @@ def parse_parts(lo, hi, buf, cuts, labels, indptr, indices, values, results):
         results[p, R_ERR_START] = a + e0
         results[p, R_ERR_END] = a + e1
         results[p, R_ONES] = ones
+        results[p, R_FORMAT] = form
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift(keys):
+    """32 - log2 of the table's length (a power of two)."""
+    k = 0
+    while (1 << k) < keys.shape[0]:
+        k += 1
+    return 32 - k
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(keys, idx, shift):
+    """Where ``idx`` is, or the empty slot where it goes, in the open-addressing
+    table ``keys`` (length a power of two, -1 empty; Fibonacci hashing)."""
+    mask = keys.shape[0] - 1
+    h = ((np.int64(idx) * 2654435769) & 0xFFFFFFFF) >> shift
+    while keys[h] != idx and keys[h] != -1:
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True, nogil=True)
+def check_fields(cuts, results, last, s_indptr, s_indices, s_fields, keys, vals):
+    """Enter the fields of parts 0..last (their rows parsed so far) into the
+    table (``keys``, ``vals``: index -> field), in file order, stopping at the
+    first entry whose index already has another field.
+
+    The table must have room for every entry (at most half full after).
+    Returns (entries added, part, row in the part, index, its first field);
+    part -1 when every field agrees.
+    """
+    added = 0
+    shift = _shift(keys)
+    for p in range(last + 1):
+        r0, i0, z0, _ = _region(cuts, p)
+        for r in range(results[p, R_ROWS]):
+            for e in range(z0 + s_indptr[i0 + r], z0 + s_indptr[i0 + r + 1]):
+                idx = s_indices[e]
+                h = _slot(keys, idx, shift)
+                if keys[h] == -1:
+                    keys[h] = idx
+                    vals[h] = s_fields[e]
+                    added += 1
+                elif vals[h] != s_fields[e]:
+                    return added, p, r, idx, vals[h]
+    return added, -1, -1, -1, -1
+
+
+@njit(cache=True, nogil=True)
+def rehash(keys, vals, size):
+    """The table (``keys``, ``vals``) moved to ``size`` slots (a power of two)."""
+    new_keys = np.full(size, -1, dtype=np.int32)
+    new_vals = np.empty(size, dtype=np.int32)
+    shift = _shift(new_keys)
+    for h in range(keys.shape[0]):
+        if keys[h] != -1:
+            g = _slot(new_keys, keys[h], shift)
+            new_keys[g] = keys[h]
+            new_vals[g] = vals[h]
+    return new_keys, new_vals
+
+
+@njit(cache=True, nogil=True)
+def fields_of(keys, vals, ids):
+    """The field of each index in ``ids`` (all in the table)."""
+    out = np.empty(ids.shape[0], dtype=np.int32)
+    shift = _shift(keys)
+    for j in range(ids.shape[0]):
+        out[j] = vals[_slot(keys, ids[j], shift)]
+    return out
 
 
 @njit(cache=True, nogil=True)

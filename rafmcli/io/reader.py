@@ -1,4 +1,4 @@
-"""Read libSVM/libFM text files into CSR arrays (the one place text becomes arrays).
+"""Read libSVM/libFM and libFFM text files into CSR arrays (the one place text becomes arrays).
 
 The contract, in the manner of scikit-learn's svmlight reader: a path (``-`` is
 standard input; ``.gz``, ``.bz2`` and ``.xz`` are decompressed by extension) in,
@@ -45,6 +45,7 @@ _MESSAGES = {
     8: "value is not finite in float32",
     9: "values of a repeated feature index sum beyond float32",
     10: "missing feature index before ':'",
+    13: "field exceeds 1048575",
 }
 
 
@@ -57,7 +58,8 @@ class Dataset:
     ``i = feature_ids[j]``: the number of rows in which it is non-zero.
     ``rows_with_repeats`` counts the rows of the file read in which an index
     occurred more than once (each such index holds the sum of its values);
-    a subset keeps its source's count. ``columns`` holds the CSC arrays once
+    a subset keeps its source's count. ``feature_fields[j]`` is the field of
+    ``feature_ids[j]`` in a libFFM file (None for libSVM/libFM). ``columns`` holds the CSC arrays once
     built (:mod:`rafmcli.io.columns`); ``cached`` says the file has a
     binary-cache entry they can be added to.
     """
@@ -70,6 +72,7 @@ class Dataset:
     feature_ids: np.ndarray
     counts: np.ndarray
     rows_with_repeats: int = 0
+    feature_fields: np.ndarray | None = None
     columns: object = field(default=None, repr=False, compare=False)
     cached: bool = field(default=False, repr=False, compare=False)
 
@@ -92,8 +95,11 @@ class Dataset:
         values = None if self.values is None else np.asarray(self.values)[take]
         max_index = int(indices.max()) if indices.shape[0] else -1
         ids, counts = feature_counts(indices, max_index)
+        fields = None
+        if self.feature_fields is not None:
+            fields = np.asarray(self.feature_fields)[np.searchsorted(self.feature_ids, ids)]
         return Dataset(self.path, np.asarray(self.labels)[rows], indptr, indices, values, ids, counts,
-                       self.rows_with_repeats)
+                       self.rows_with_repeats, fields)
 
     def row_values(self):
         """The values array, materialising ones when it was omitted."""
@@ -270,16 +276,75 @@ def _repeated_sum_token(line):
     return line
 
 
+def _ffm_what(code, token):
+    """What is wrong with a libFFM-looking token (two ':' or more), where the
+    kernel's code names the first part an index; None to keep the code's message."""
+    from rafmcli.io import parse_kernel as K
+
+    field, _, rest = token.partition(b":")
+    if code == K.ERR_INDEX_MISSING:
+        return "missing field before ':'"
+    if code == K.ERR_INDEX_NEG and field.startswith(b"-"):
+        return "field is negative"
+    if code == K.ERR_INDEX and not field.isdigit():
+        return "field is not a non-negative integer"
+    if code == K.ERR_INDEX_RANGE and field.isdigit() and int(field) > K.INT32_MAX:
+        return "field exceeds 1048575"
+    if code == K.ERR_VALUE and not rest.partition(b":")[0]:
+        return "missing feature index between ':'s"
+    return None
+
+
+def _tokens(line):
+    return line.split(b"#")[0].split()[1:]
+
+
+def _field_token(line, idx, field):
+    """The first token of ``line`` that puts index ``idx`` in a field other than
+    ``field`` (with ``field`` None: other than the index's first field in the line)."""
+    for tok in _tokens(line):
+        parts = tok.split(b":")
+        if (len(parts) == 3 and parts[1].isdigit() and int(parts[1]) == idx
+                and np.float32(float(parts[2])) != 0):
+            if field is None:
+                field = int(parts[0])
+            elif int(parts[0]) != field:
+                return tok
+    return line
+
+
+def _row_conflict(line):
+    """(index, first field, token) of the first index in ``line`` given two fields."""
+    first = {}
+    for tok in _tokens(line):
+        parts = tok.split(b":")
+        if (len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit()
+                and np.float32(float(parts[2])) != 0):  # a zero is dropped, field and all
+            f, i = int(parts[0]), int(parts[1])
+            if first.setdefault(i, f) != f:
+                return i, first[i], tok
+    return None, None, line
+
+
 def _error(name, code, line_no, span):
     """The one-line message for a kernel error; ``span`` is the token's bytes."""
-    from rafmcli.io.parse_kernel import ERR_INDEX, ERR_SUM_INF
+    from rafmcli.io import parse_kernel as K
 
-    what = _MESSAGES[code]
+    what = _MESSAGES.get(code)
     token = span.strip()
-    if code == ERR_SUM_INF:
+    if code == K.ERR_SUM_INF:
         token = _repeated_sum_token(span)
-    elif code == ERR_INDEX and token.lower().startswith(b"qid:"):
+    elif code == K.ERR_FIELD_CONFLICT:
+        idx, field, token = _row_conflict(span)
+        what = (f"feature {idx} is in field {field} and in field {int(token.split(b':')[0])}; "
+                f"an index belongs to one field")
+    elif code == K.ERR_MIXED:
+        what = ("libFFM token (field:index:value) in a libSVM/libFM file" if token.count(b":") >= 2 else
+                "libSVM/libFM token in a libFFM file (whose tokens are field:index:value)")
+    elif code == K.ERR_INDEX and token.lower().startswith(b"qid:"):
         what = "qid tokens are not supported"
+    elif token.count(b":") >= 2:
+        what = _ffm_what(code, token) or what
     return InputError(f"{printable(name)}:{line_no}: {what} ({printable(token, TOKEN_CHARS)})")
 
 
@@ -341,14 +406,65 @@ class _Scratch:
         rows, ptr, entries = scratch_sizes(n, parts)
         if self.arrays is None or self.arrays[1].shape[0] < ptr or self.arrays[2].shape[0] < entries:
             self.arrays = (np.empty(rows, dtype=np.float64), np.empty(ptr, dtype=np.int64),
-                           np.empty(entries, dtype=np.int32), np.empty(entries, dtype=np.float32))
+                           np.empty(entries, dtype=np.int32), np.empty(entries, dtype=np.float32),
+                           np.empty(entries, dtype=np.int32))
         return self.arrays
 
 
-def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
+class _Fields:
+    """The file's format so far (parse_kernel.FMT_*) and, for libFFM, the field
+    of every index seen: an open-addressing table grown to stay at most half full."""
+
+    def __init__(self):
+        self.format = 0
+        self.keys = np.full(1024, -1, dtype=np.int32)
+        self.vals = np.empty(1024, dtype=np.int32)
+        self.count = 0
+
+    def check(self, cuts, results, last, space):
+        """Enter parts 0..last of a block (see parse_kernel.check_fields); returns
+        (part, row in the part, index, its first field), part -1 if all agree."""
+        from rafmcli.io import parse_kernel as K
+
+        need = self.count + int(results[:last + 1, K.R_NZ].sum())
+        if 2 * need > self.keys.shape[0]:
+            size = 1 << (2 * need - 1).bit_length()
+            self.keys, self.vals = K.rehash(self.keys, self.vals, size)
+        added, part, row, idx, field = K.check_fields(cuts, results, last, space[1], space[2], space[4],
+                                                      self.keys, self.vals)
+        self.count += added
+        return part, row, idx, field
+
+    def of(self, feature_ids):
+        """Fields of ``feature_ids`` (libFFM), or None."""
+        if self.format != 2:
+            return None
+        from rafmcli.io.parse_kernel import fields_of
+
+        return fields_of(self.keys, self.vals, feature_ids)
+
+
+def _row_line(part, row):
+    """(line within ``part``, 1-based; the line's bytes) of data row ``row`` of
+    ``part`` (whole lines), by parse_block's rules: LF, CRLF and CR end lines;
+    blank and comment lines hold no row."""
+    import re
+
+    seen = -1
+    for line_no, line in enumerate(re.split(rb"\r\n|\r|\n", part), 1):
+        head = line.lstrip(b" \t\x0b\x0c")
+        if head and head[:1] != b"#":
+            seen += 1
+            if seen == row:
+                return line_no, line
+    raise AssertionError("no such row")
+
+
+def _parse_block(arrays, scratch, fields, buf, n, line_no, name, expected):
     """Parse one block in parts on every core and join it to ``arrays``.
 
-    Returns (lines, max_index, rows with repeats).
+    ``fields`` (a _Fields) carries the format and libFFM fields from block to
+    block. Returns (lines, max_index, rows with repeats).
     """
     from rafmcli.io import parse_kernel as K
 
@@ -356,12 +472,29 @@ def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
     parts = cuts.shape[0] - 1
     space = scratch.get(n, parts)
     results = np.zeros((parts, K.N_RESULTS), dtype=np.int64)
-    threads.spread(K.parse_parts, parts, buf, cuts, *space, results, threads=THREADS)
-    failed = np.flatnonzero(results[:, K.R_CODE])
-    if failed.shape[0]:
-        p = failed[0]
-        code, a, b = results[p, K.R_CODE], results[p, K.R_ERR_START], results[p, K.R_ERR_END]
-        line = line_no + int(results[:p, K.R_LINES].sum()) + int(results[p, K.R_LINES])
+    threads.spread(K.parse_parts, parts, buf, cuts, *space, fields.format, results, threads=THREADS)
+    stop = None  # the first part that failed, in file order
+    for p in range(parts):
+        form = int(results[p, K.R_FORMAT])
+        if form and fields.format and form != fields.format:  # parsed before the format was known
+            K.parse_parts(p, p + 1, buf, cuts, *space, fields.format, results)
+            stop = p
+            break
+        fields.format = form or fields.format
+        if results[p, K.R_CODE]:
+            stop = p
+            break
+    if fields.format == K.FMT_FFM:
+        part, row, idx, first = fields.check(cuts, results, parts - 1 if stop is None else stop, space)
+        if part >= 0:
+            within, line = _row_line(bytes(buf[cuts[part]:cuts[part + 1]]), row)
+            token = _field_token(line, idx, first)
+            at = line_no + int(results[:part, K.R_LINES].sum()) + within
+            raise InputError(f"{printable(name)}:{at}: feature {idx} is in field {first} before this line; "
+                             f"an index belongs to one field ({printable(token.strip(), TOKEN_CHARS)})")
+    if stop is not None:
+        code, a, b = results[stop, K.R_CODE], results[stop, K.R_ERR_START], results[stop, K.R_ERR_END]
+        line = line_no + int(results[:stop, K.R_LINES].sum()) + int(results[stop, K.R_LINES])
         if code == K.ERR_FULL:
             raise AssertionError(f"parse_block overran its part (line {line})")
         raise _error(name, code, line, bytes(buf[a:b]))
@@ -370,7 +503,7 @@ def _parse_block(arrays, scratch, buf, n, line_no, name, expected):
     values = arrays.values if arrays.values is not None else np.empty(0, dtype=np.float32)
     row_at = arrays.rows + np.concatenate([[0], np.cumsum(results[:, K.R_ROWS])])
     nz_at = arrays.nz + np.concatenate([[0], np.cumsum(results[:, K.R_NZ])])
-    threads.spread(K.join_parts, parts, cuts, results, row_at, nz_at, *space, arrays.labels, arrays.indptr,
+    threads.spread(K.join_parts, parts, cuts, results, row_at, nz_at, *space[:4], arrays.labels, arrays.indptr,
                    arrays.indices, values, threads=THREADS)
     arrays.rows += rows
     arrays.nz += nz
@@ -395,7 +528,7 @@ def _parse(source, name, progress=False, desc="reading"):
 
         def on_block():
             bar.update(_position(source) - bar.n)
-    arrays, scratch = _Arrays(), _Scratch()
+    arrays, scratch, fields = _Arrays(), _Scratch(), _Fields()
     line_no = repeats = 0
     max_index = -1
     try:
@@ -406,7 +539,7 @@ def _parse(source, name, progress=False, desc="reading"):
                     expected = 1.0
                     if source.regular:  # total bytes / bytes so far, compressed or not
                         expected = max(source.status.st_size / max(_position(source), 1), 1.0)
-                    lines, mx, rep = _parse_block(arrays, scratch, buf, n, line_no, name, expected)
+                    lines, mx, rep = _parse_block(arrays, scratch, fields, buf, n, line_no, name, expected)
                     line_no += lines
                     max_index = max(max_index, mx)
                     repeats += rep
@@ -431,7 +564,7 @@ def _parse(source, name, progress=False, desc="reading"):
     if values is not None and np.all(values == 1):
         values = None
     ids, counts = feature_counts(indices, max_index, THREADS)
-    return Dataset(name, labels, indptr, indices, values, ids, counts, repeats)
+    return Dataset(name, labels, indptr, indices, values, ids, counts, repeats, fields.of(ids))
 
 
 def parse_file(path, progress=False, name=None):

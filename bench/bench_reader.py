@@ -1,6 +1,6 @@
 """Reader benchmark: whole-command `rafm stats` speed, cached re-open, peak memory.
 
-    python bench/bench_reader.py [--rows 2000000] [--repeats 3] [--baseline DIR]
+    python bench/bench_reader.py [--rows 2000000] [--repeats 3] [--baseline DIR] [--ffm]
 
 Writes bench/data/zipf13-<rows>.libfm once: 20 distinct ids a row drawn from
 Zipf(1.3) over 20M ids (``python -m rafmcli.synth zipf --vocab 20000000
@@ -17,6 +17,9 @@ processes (``--repeats`` of them; the median and, in brackets, the range):
 
 ``--baseline DIR`` runs the same commands with another rafm checkout (say
 ``git archive main | tar -x -C DIR``) side by side, for before/after tables.
+``--ffm`` adds the parse of the file's libFFM twin (bench/data/zipf13-<rows>.ffm,
+each token ``field:index:1`` with field = index mod 39, written once by awk):
+fields parsed and checked, one field per index, in a hash table.
 """
 
 import json
@@ -64,6 +67,18 @@ def data_file(rows):
     return path
 
 
+def ffm_file(path):
+    """The libFFM twin of ``path``: field = index mod 39 for every token."""
+    twin = path[:-len(".libfm")] + ".ffm"
+    if not os.path.exists(twin):
+        script = '{ line = $1; for (i = 2; i <= NF; i++) { split($i, a, ":"); line = line " " (a[1] % 39) ":" $i } ' \
+                 'print line }'
+        with open(twin + ".tmp", "w") as out:
+            subprocess.run(["awk", script, path], stdout=out, check=True)
+        os.replace(twin + ".tmp", twin)
+    return twin
+
+
 def timed(args, env):
     """(wall seconds, peak RSS bytes, stdout) of one process."""
     t = time.perf_counter()
@@ -87,8 +102,10 @@ def spread(values, fmt):
 @click.option("--repeats", default=3, show_default=True, help="fresh processes per figure")
 @click.option("--baseline", type=click.Path(file_okay=False, exists=True),
               help="another rafm checkout to run side by side")
-def main(rows, repeats, baseline):
+@click.option("--ffm", is_flag=True, help="also parse the file's libFFM twin (this checkout only)")
+def main(rows, repeats, baseline, ffm):
     path = data_file(rows)
+    twin = ffm_file(path) if ffm else None
     mb = os.path.getsize(path) / 1e6
     warm = os.path.join(HERE, "data", "warm.libfm")
     with open(warm, "w") as fh:
@@ -114,6 +131,9 @@ def main(rows, repeats, baseline):
             r["cached_rss"] = [m for _, m, _ in runs]
             r["reopen"] = [json.loads(timed([sys.executable, "-c", PARSE, path, "1", warm], env)[2])["seconds"]
                            for _ in range(repeats)]
+            if twin and name == "rafm":
+                r["parse_ffm"] = [json.loads(timed([sys.executable, "-c", PARSE, twin, "0", warm], env)[2])["seconds"]
+                                  for _ in range(repeats)]
     info = results["rafm"]["info"]
     print(f"file: {path}  {mb:.0f} MB, {info['rows']:,} rows, {info['nnz']:,} non-zeros, "
           f"{info['features']:,} features; arrays {info['arrays'] / 1e6:.0f} MB")
@@ -128,11 +148,14 @@ def main(rows, repeats, baseline):
         ("  peak RSS (MB)", "cached_rss", lambda b: b / 1e6, ""),
         ("cached re-open, in-process (s)", "reopen", lambda s: s, "< 1"),
     ]
+    if twin:
+        rows_out.append((f"parse alone, libFFM twin of {os.path.getsize(twin) / 1e6:.0f} MB (MB/s)", "parse_ffm",
+                         lambda s: os.path.getsize(twin) / 1e6 / s, ""))
     head = f"{'measure':<46}" + "".join(f"{name:>26}" for name, _ in trees) + "  target"
     print(head)
     for label, key, conv, target in rows_out:
         cells = "".join(f"{spread([conv(v) for v in results[name][key]], lambda x: f'{x:,.2f}'):>26}"
-                        for name, _ in trees)
+                        if key in results[name] else f"{'-':>26}" for name, _ in trees)
         print(f"{label:<46}{cells}  {target}")
 
 

@@ -13,7 +13,8 @@ order, rounded once to float32; a zero sum is dropped), as scipy's
 ``fields`` beside its index (moved along when a row is sorted); an index
 repeated within a row with two fields is ERR_FIELD_CONFLICT. That an index
 has one field across rows is checked by ``check_fields`` after a block is
-parsed, against a hash table of the fields seen so far.
+parsed, against a table of the fields seen so far (dense while the indices
+are below DENSE_FIELDS, else a hash table).
 
 The input is read once, in blocks of whole lines (the caller cuts a block
 after its last complete line end and never cuts a CRLF in two). Each block is
@@ -66,6 +67,7 @@ FMT_FFM = 2
 INT32_MAX = 2147483647
 MAX_INDEX_DIGITS = 10  # INT32_MAX's digits; a longer index takes the careful path
 MAX_FIELD = (1 << 20) - 1  # fields number groups: tables sized by the largest field stay small
+DENSE_FIELDS = 1 << 26  # indices below this: the field table is an array (zero pages cost nothing)
 FLOAT32_MAX = 3.4028234663852886e38
 LF = 10
 CR = 13
@@ -334,13 +336,21 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values, field
             field = -1
             if c == 58:
                 pos += 1
+                if fmt == FMT_FFM:  # field:idx:value expected: what was read as the index is the field
+                    q = pos
+                    while 48 <= buf[q] <= 57:
+                        q += 1
+                    if buf[q] == 58 and q > pos:
+                        code, field, idx, pos = _ffm_index(buf, idx, pos, q)
+                        if code != OK:
+                            return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
                 if buf[pos] == 49 and _CLASS[buf[pos + 1]] != 0:
                     pos += 1
                 else:
                     if _CLASS[buf[pos]] != 0:
                         return ERR_VALUE_MISSING, line_no, row, nz, max_index, repeats, start, pos, ones, fmt
                     ok, number, end = parse_number(buf, pos)
-                    if ok and buf[end] == 58:  # field:idx:value: what was read as the index is the field
+                    if field < 0 and ok and buf[end] == 58:  # field:idx:value where the format is not known
                         code, field, idx, pos = _ffm_index(buf, idx, pos, end)
                         if code != OK:
                             return code, line_no, row, nz, max_index, repeats, start, _token_end(buf, start), ones, fmt
@@ -504,30 +514,56 @@ def _slot(keys, idx, shift):
 
 
 @njit(cache=True, nogil=True)
-def check_fields(cuts, results, last, s_indptr, s_indices, s_fields, keys, vals):
+def check_fields(cuts, results, last, s_indptr, s_indices, s_fields, dense, keys, vals):
     """Enter the fields of parts 0..last (their rows parsed so far) into the
-    table (``keys``, ``vals``: index -> field), in file order, stopping at the
-    first entry whose index already has another field.
+    table of fields seen, in file order, stopping at the first entry whose
+    index already has another field.
 
-    The table must have room for every entry (at most half full after).
-    Returns (entries added, part, row in the part, index, its first field);
+    The table is ``dense`` (field + 1 at each index, 0 unseen) when it is not
+    empty, else the open-addressing table (``keys``, ``vals``: index ->
+    field), which must have room for every entry (at most half full after).
+    Returns (indices added, part, row in the part, index, its first field);
     part -1 when every field agrees.
     """
     added = 0
+    use_dense = dense.shape[0] > 0
     shift = _shift(keys)
     for p in range(last + 1):
         r0, i0, z0, _ = _region(cuts, p)
         for r in range(results[p, R_ROWS]):
             for e in range(z0 + s_indptr[i0 + r], z0 + s_indptr[i0 + r + 1]):
                 idx = s_indices[e]
+                field = s_fields[e]
+                if use_dense:
+                    known = dense[idx] - 1
+                    if known < 0:
+                        dense[idx] = field + 1
+                        added += 1
+                    elif known != field:
+                        return added, p, r, idx, known
+                    continue
                 h = _slot(keys, idx, shift)
                 if keys[h] == -1:
                     keys[h] = idx
-                    vals[h] = s_fields[e]
+                    vals[h] = field
                     added += 1
-                elif vals[h] != s_fields[e]:
+                elif vals[h] != field:
                     return added, p, r, idx, vals[h]
     return added, -1, -1, -1, -1
+
+
+@njit(cache=True, nogil=True)
+def dense_to_table(dense, size):
+    """The open-addressing table (``size`` slots) of a dense table's known fields."""
+    keys = np.full(size, -1, dtype=np.int32)
+    vals = np.empty(size, dtype=np.int32)
+    shift = _shift(keys)
+    for idx in range(dense.shape[0]):
+        if dense[idx] > 0:
+            h = _slot(keys, idx, shift)
+            keys[h] = idx
+            vals[h] = dense[idx] - 1
+    return keys, vals
 
 
 @njit(cache=True, nogil=True)

@@ -413,12 +413,14 @@ class _Scratch:
 
 class _Fields:
     """The file's format so far (parse_kernel.FMT_*) and, for libFFM, the field
-    of every index seen: an open-addressing table grown to stay at most half full."""
+    of every index seen: an array indexed by the index (zeroed pages, so only
+    the pages of indices seen cost memory) while indices stay below
+    parse_kernel.DENSE_FIELDS, else an open-addressing table kept at most half full."""
 
     def __init__(self):
         self.format = 0
-        self.keys = np.full(1024, -1, dtype=np.int32)
-        self.vals = np.empty(1024, dtype=np.int32)
+        self.dense = np.zeros(0, dtype=np.int32)
+        self.keys = self.vals = None
         self.count = 0
 
     def check(self, cuts, results, last, space):
@@ -426,12 +428,24 @@ class _Fields:
         (part, row in the part, index, its first field), part -1 if all agree."""
         from rafmcli.io import parse_kernel as K
 
-        need = self.count + int(results[:last + 1, K.R_NZ].sum())
-        if 2 * need > self.keys.shape[0]:
-            size = 1 << (2 * need - 1).bit_length()
-            self.keys, self.vals = K.rehash(self.keys, self.vals, size)
+        top = int(results[:last + 1, K.R_MAX_INDEX].max())
+        if self.keys is None and top < K.DENSE_FIELDS:
+            if top >= self.dense.shape[0]:
+                grown = np.zeros(min(max(top + 1, 2 * self.dense.shape[0]), K.DENSE_FIELDS), dtype=np.int32)
+                grown[:self.dense.shape[0]] = self.dense
+                self.dense = grown
+        else:
+            need = self.count + int(results[:last + 1, K.R_NZ].sum())
+            size = 1 << max(10, (2 * need - 1).bit_length())
+            if self.keys is None:
+                self.keys, self.vals = K.dense_to_table(self.dense, size)
+                self.dense = self.dense[:0]
+            elif size > self.keys.shape[0]:
+                self.keys, self.vals = K.rehash(self.keys, self.vals, size)
+        keys = self.keys if self.keys is not None else np.full(1, -1, dtype=np.int32)
+        vals = self.vals if self.vals is not None else np.zeros(1, dtype=np.int32)
         added, part, row, idx, field = K.check_fields(cuts, results, last, space[1], space[2], space[4],
-                                                      self.keys, self.vals)
+                                                      self.dense, keys, vals)
         self.count += added
         return part, row, idx, field
 
@@ -439,6 +453,8 @@ class _Fields:
         """Fields of ``feature_ids`` (libFFM), or None."""
         if self.format != 2:
             return None
+        if self.keys is None:
+            return self.dense[feature_ids] - 1
         from rafmcli.io.parse_kernel import fields_of
 
         return fields_of(self.keys, self.vals, feature_ids)

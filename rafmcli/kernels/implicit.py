@@ -22,7 +22,8 @@ B_{1,p}"): a_j x (S^j_l - v x) + b_j x (S^j_l - T^j_l). A context feature
 is in every row, so its gradient is the sum over j, which is one step with
 x (Sum_j a_j S^j_l + Sum_j b_j (S^j_l - T^j_l)) - (Sum_j a_j) v x^2: the
 per-level sums are formed once per positive, then every context feature
-steps once. The steps are those of :mod:`rafmcli.kernels.sgd`.
+steps once. Each row's coefficients (a_j, b_j, per RaFM variant) and the
+optimizer steps are those of :mod:`rafmcli.kernels.sgd`.
 
 numba caches this file's kernels keyed by this file only: after editing
 kernels/sgd.py, forward.py or sampling.py, clear ``__pycache__`` (the tests
@@ -32,12 +33,11 @@ compile into a cache named after all sources).
 import numpy as np
 from numba import njit, prange
 
-from rafmcli.kernels.forward import FAST, row_start, sigmoid, top_level
+from rafmcli.kernels.forward import FAST, row_start, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
     ADAM,
-    AUTHORS,
     GRADIENT,
     H_BETA1,
     H_BETA2,
@@ -51,8 +51,11 @@ from rafmcli.kernels.sgd import (
     H_REG1,
     PAPER,
     SGD,
+    TASK_CLASSIFICATION,
     _step,
     _step_factors,
+    distillation_terms,
+    level_coefficients,
 )
 
 LOGISTIC = 0  # the values of ranking.LOSSES
@@ -157,39 +160,6 @@ def sampled_losses(y, shift, loss_kind):
     return out
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def row_coefficients(g, lin, B, m, nested, variant, dep_weight, a_free, a_dep, b_dep, d, jo):
-    """Factor-gradient coefficients of one row (as the explicit kernel, kernels/sgd.py's
-    table): a_free for a feature's top level, a_dep and b_dep for its dependent levels,
-    at offset jo. Returns the row's coefficient of the bias and linear gradients."""
-    g_lin = g
-    for p in range(m):
-        a_free[jo + p] = g
-        a_dep[jo + p] = 0.0
-        b_dep[jo + p] = 0.0
-    if nested and m > 1:
-        for p in range(m - 1):
-            d[p] = sigmoid(lin + B[jo + p]) - sigmoid(lin + B[jo + p + 1])
-        if variant == PAPER:
-            for p in range(m - 1):
-                a_dep[jo + p] = d[p]
-        elif variant == AUTHORS:
-            for p in range(m - 1):
-                a_dep[jo + p] = dep_weight * d[p]
-                b_dep[jo + p] = g
-                g_lin += dep_weight * d[p]
-        else:
-            tail = 0.0  # Sum_{q >= p} d[q]
-            for p in range(m - 1, -1, -1):
-                a_free[jo + p] = g + dep_weight * tail
-                if p < m - 1:
-                    a_dep[jo + p] = dep_weight * d[p]
-                    b_dep[jo + p] = g + dep_weight * (tail - d[p])
-                if p > 0:
-                    tail += d[p - 1]
-    return g_lin
-
-
 def _make_trainers(method):
     """Serial and Hogwild epoch kernels with the optimizer ``method`` fixed (as kernels/sgd.py)."""
 
@@ -227,9 +197,10 @@ def _make_trainers(method):
         shift = np.empty(K + 1)
         log_k = np.log(K)
         vals = np.empty(K + 1, dtype=np.int64)
+        n_dep = m - 1 if nested else 0  # dependent levels: a row's own may be fewer (then d_p = 0 above it)
         a_free = np.empty((K + 1) * m)
-        a_dep = np.empty((K + 1) * m)
-        b_dep = np.empty((K + 1) * m)
+        a_dep = np.zeros((K + 1) * m)  # entries at and above n_dep stay 0
+        b_dep = np.zeros((K + 1) * m)
         d = np.zeros(m)
         sum_free = np.empty(W, dtype=np.float32)  # Sum_j a_free_j S^j
         sum_dep = np.empty(W, dtype=np.float32)   # Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
@@ -279,12 +250,13 @@ def _make_trainers(method):
                 step = step0 + pos - lo + 1
                 corr = np.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
                 lr_step, lr_dep = lr * corr, lr_dep_base * corr
-            if nested and m > 1 and variant != PAPER:
+            if n_dep > 0 and variant != PAPER:
                 lr_dep = lr_step
             g_lin = 0.0
-            for j in range(K + 1):
-                grad_lin[j] = row_coefficients(grad[j], lin[j], B, m, nested, variant, dep_weight, a_free,
-                                               a_dep, b_dep, d, j * m)
+            for j in range(K + 1):  # each row's coefficients, as the explicit kernel's
+                distillation_terms(TASK_CLASSIFICATION, lin[j], B, j * m, n_dep, d)
+                grad_lin[j] = level_coefficients(grad[j], d, n_dep, m, variant, dep_weight, a_free, a_dep,
+                                                 b_dep, j * m)
                 g_lin += grad_lin[j]
             # per-level sums over the rows for the context features
             sum_free[:] = 0.0

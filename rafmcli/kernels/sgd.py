@@ -124,6 +124,48 @@ def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method,
             a1[start + f] += ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def distillation_terms(task, lin, B, bo, n_dep, d):
+    """d_p = L'(B_{1,p}, B_{1,p+1}) for p < n_dep, B_{1,p+1} at B[bo + p]: B_{1,p} - B_{1,p+1}
+    (regression) or sigma(lin + B_{1,p}) - sigma(lin + B_{1,p+1}) (classification, implicit)."""
+    for p in range(n_dep):
+        if task == TASK_REGRESSION:
+            d[p] = B[bo + p] - B[bo + p + 1]
+        else:
+            d[p] = sigmoid(lin + B[bo + p]) - sigmoid(lin + B[bo + p + 1])
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep, o):
+    """A row's factor-gradient coefficients (the module's table) at offset ``o``:
+    a_free[o + l] for a feature's top level l (every l < m), a_dep[o + l] and
+    b_dep[o + l] for its dependent levels l < n_dep (the row's highest level,
+    0-based; 0 without dependent levels), from g = dL/dy_hat and d (see
+    :func:`distillation_terms`). Returns g_lin, the bias and linear weights' coefficient."""
+    g_lin = g
+    for p in range(m):
+        a_free[o + p] = g
+    if variant == PAPER:
+        for p in range(n_dep):
+            a_dep[o + p] = d[p]
+            b_dep[o + p] = 0.0
+    elif variant == AUTHORS:
+        for p in range(n_dep):
+            a_dep[o + p] = dep_weight * d[p]
+            b_dep[o + p] = g
+            g_lin += dep_weight * d[p]
+    elif n_dep > 0:
+        tail = 0.0  # Sum_{q >= p} d[q]
+        for p in range(n_dep, -1, -1):
+            a_free[o + p] = g + dep_weight * tail
+            if p < n_dep:
+                a_dep[o + p] = dep_weight * d[p]
+                b_dep[o + p] = g + dep_weight * (tail - d[p])
+            if p > 0:
+                tail += d[p - 1]
+    return g_lin
+
+
 @njit(cache=True, error_model="numpy")
 def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
@@ -231,35 +273,11 @@ def _make_trainers(method):
                 lr_dep = lr_dep_base * corr
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
-            g_lin = g
-            for p in range(m):
-                a_free[p] = g
-            if nested and row_top > 0:
-                for p in range(row_top):
-                    if task == TASK_REGRESSION:
-                        d[p] = B[p] - B[p + 1]
-                    else:
-                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
-                if variant == PAPER:
-                    for p in range(row_top):
-                        a_dep[p] = d[p]
-                        b_dep[p] = 0.0
-                elif variant == AUTHORS:
-                    lr_dep = lr_step
-                    for p in range(row_top):
-                        a_dep[p] = dep_weight * d[p]
-                        b_dep[p] = g
-                        g_lin += dep_weight * d[p]
-                else:
-                    lr_dep = lr_step
-                    tail = 0.0  # Sum_{q >= p} d[q]
-                    for p in range(row_top, -1, -1):
-                        a_free[p] = g + dep_weight * tail
-                        if p < row_top:
-                            a_dep[p] = dep_weight * d[p]
-                            b_dep[p] = g + dep_weight * (tail - d[p])
-                        if p > 0:
-                            tail += d[p - 1]
+            n_dep = row_top if nested else 0
+            distillation_terms(task, lin, B, 0, n_dep, d)
+            g_lin = level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep, 0)
+            if n_dep > 0 and variant != PAPER:
+                lr_dep = lr_step
             # bias and linear weights
             _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
                   method, beta1, beta2, eps)

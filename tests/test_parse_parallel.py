@@ -111,7 +111,7 @@ def test_a_bad_libffm_line_in_any_block_gives_the_same_error(tmp_path, monkeypat
                   "1:2:", "1::2"]
     for at in range(len(lines)):
         token = bad_tokens[at % len(bad_tokens)].encode()
-        bad = b"".join(lines[:at]) + b"1 " + token + b" " + b"".join(lines[at:])
+        bad = b"".join(lines[:at]) + b"1 " + token + b"\n" + b"".join(lines[at:])
         path.write_bytes(bytes(bad))
         with pytest.raises(PlainError) as plain:
             read_plain_fields(bytes(bad))

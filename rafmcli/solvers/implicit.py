@@ -1,25 +1,24 @@
 """Implicit training (positives only, Feat2Vec negatives): epochs, validation, early stopping.
 
 The kernels (:mod:`rafmcli.kernels.implicit`) run whole epochs; this module
-builds the group values and noise tables, draws the validation negatives once,
-and owns the row order, the random streams, the ``--rlog`` file and the
-decision to stop, as :mod:`rafmcli.solvers.sgd` does for explicit data.
+builds the group values and noise tables, draws the validation negatives once
+and gives each epoch its random streams. The epoch loop, the ``--rlog`` table,
+early stopping and the best epoch are :class:`rafmcli.solvers.sgd.Training`'s.
 """
 
 import math
-import time
 from dataclasses import asdict
 
 import numpy as np
 
 from rafmcli import ranking
-from rafmcli.errors import DivergedError, InputError
+from rafmcli.errors import InputError
 from rafmcli.kernels import implicit as K
-from rafmcli.model.layout import aligned_copy, build
+from rafmcli.model.layout import build
 from rafmcli.model.vocabulary import build_vocabulary, noise_tables, rng_streams
 from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows
-from rafmcli.solvers.sgd import METHODS, VARIANTS, Log, feature_levels, hyper_vector, optimizer_state
+from rafmcli.solvers.sgd import METHODS, VARIANTS, Log, Training, feature_levels, hyper_vector, optimizer_state
 
 LOSSES = ranking.LOSSES
 REDRAWS = 20  # --reject-positives: a negative that is a training row is drawn again up to this often
@@ -35,109 +34,121 @@ def watched(opts, ranked):
     return (f"ndcg{opts.top_k}", -1.0) if ranked else ("loss", 1.0)
 
 
+class ImplicitTraining(Training):
+    """An implicit run: the epoch loop, early stopping and best-epoch keeping of
+    :class:`rafmcli.solvers.sgd.Training`, with Feat2Vec epochs, sampled and
+    ranking validation metrics, and the model's group values."""
+
+    def __init__(self, data, groups, opts, validation=None, levels_override=None):
+        self.opts = opts
+        self.rng = np.random.default_rng(opts.seed)
+        levels = feature_levels(data, opts.ranks, levels_override)
+        model = self.model = build(opts.model, "implicit", opts.ranks, data.feature_ids, levels, opts.init_stdev,
+                                   self.rng, 0.0, (0.0, 0.0))
+        assigned = groups.assign(model.feature_ids)
+        rows = kernel_rows(model, data)
+        vocab, self.row_values = build_vocabulary(rows, assigned.group, assigned.n_groups)
+        model.vocabulary = vocab
+        if opts.eval_group is not None:
+            lo, hi = vocab.candidates(opts.eval_group) if opts.eval_group < vocab.n_groups else (0, 0)
+            if hi <= lo:
+                raise InputError(f"group {opts.eval_group} has no features in the training data")
+        try:
+            self.noise = noise_tables(vocab, opts.alpha1, opts.alpha2, opts.negative_groups,
+                                      self.row_values if opts.reject_positives else None)
+        except ValueError as exc:
+            raise InputError(f"{data.path}: {exc}") from None
+        self.sampled = self.rset = None
+        if validation is not None:
+            vrows = kernel_rows(model, validation)
+            self.sampled = ranking.fixed_negatives(vocab, self.noise, vrows, opts.negatives, REDRAWS, opts.seed + 1)
+            if opts.eval_group is not None:
+                self.rset = ranking.ranking_set(vocab, vrows, opts.eval_group, self.row_values, opts.seed + 2)
+        self.state = optimizer_state(opts.method, model)
+        self.hyper = hyper_vector(opts, model)
+        self.reg_v = np.asarray(per_level(opts.reg_factors, len(opts.ranks)), dtype=np.float64)
+        self.conf = np.zeros(K.N_CONF, dtype=np.int64)
+        self.conf[K.C_NEGATIVES], self.conf[K.C_LOSS], self.conf[K.C_NCE] = opts.negatives, LOSSES[opts.loss], opts.nce
+        self.conf[K.C_NESTED], self.conf[K.C_VARIANT] = model.nested, VARIANTS[opts.variant]
+        self.conf[K.C_TRIES] = REDRAWS if opts.reject_positives else 0
+        self.kmodel = model.kernel_model()
+        self.vocab_k = (vocab.ptr, vocab.feat, vocab.x)
+        self.watch, self.sign = watched(opts, self.rset is not None)
+        self.n_rows = data.n_rows
+        self.best = (math.inf, 0, None)
+        self.history = []
+        self.stopped = False
+
+    @property
+    def metric_names(self):
+        return metric_names(self.opts, self.rset is not None)
+
+    def train_epoch(self, order, epoch):
+        """Every positive of ``order`` with its negatives; returns the mean loss per positive."""
+        opts, n = self.opts, self.n_rows
+        streams = rng_streams((opts.seed, epoch), opts.threads)
+        args = ((epoch - 1) * n, self.row_values, self.vocab_k, self.noise.kernel_tuple(), self.kmodel, self.state,
+                self.hyper, self.reg_v, self.conf, streams, METHODS[opts.method])
+        if opts.threads > 1:
+            loss = K.train_epoch_hogwild(order, opts.threads, *args)
+        else:
+            loss = K.train_epoch(order, *args)
+        self.model.w0 = float(self.kmodel[5][0])
+        return loss / max(n, 1)
+
+    def validate(self):
+        """Loss and AUC on the fixed validation negatives, and the ranking metrics of --eval-group."""
+        if self.sampled is None:
+            return None
+        row = ranking.sampled_metrics(self.model, self.sampled, LOSSES[self.opts.loss], self.opts.nce)
+        if self.rset is not None:
+            row.update(ranking.ranking_metrics(self.model, self.rset, self.opts.top_k))
+        return row
+
+    divergence_metric = "loss"
+
+    def score(self, row):
+        return self.sign * row[self.watch]
+
+    def result(self):
+        """(model with the best epoch's parameters, history); model.info records options and metrics."""
+        model, history = self.model, self.history
+        if self.best[2] is not None:
+            model.w0, model.w, model.V = self.best[2]
+        steady = [h["seconds"] for h in history[1:]] or [h["seconds"] for h in history]  # epoch 1 compiles
+        summary = {"epochs": len(history), "best_epoch": self.best_epoch,
+                   "positives_per_second": self.n_rows / max(float(np.median(steady)), 1e-9)}
+        if self.best[2] is not None:
+            summary["validation"] = {k: history[self.best[1] - 1][k] for k in self.metric_names}
+        model.info = {"options": asdict(self.opts), "training": summary}
+        return model, history
+
+
 def train(data, groups, opts, validation=None, levels_override=None, rlog=None, quiet=False,
           progress=True, echo=print):
-    """Train on positive rows ``data`` with feature ``groups`` (io.groups.Groups);
-    returns (model, history of per-epoch dicts). ``rlog``: a text file for the
-    per-epoch table, or None.
+    """Train on positive rows ``data`` with feature ``groups`` (io.groups.Groups or
+    FieldGroups); returns (model, history of per-epoch dicts). ``rlog``: a text
+    file for the per-epoch table, or None.
 
     With ``validation`` (positives), keeps the best epoch by validation NDCG@k
     of ``opts.eval_group`` (or, without one, by the validation loss) and stops
     after ``opts.early_stop`` epochs without improvement.
     """
-    rng = np.random.default_rng(opts.seed)
-    levels = feature_levels(data, opts.ranks, levels_override)
-    model = build(opts.model, "implicit", opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, 0.0,
-                  (0.0, 0.0))
-    assigned = groups.assign(model.feature_ids)
-    rows = kernel_rows(model, data)
-    vocab, row_values = build_vocabulary(rows, assigned.group, assigned.n_groups)
-    model.vocabulary = vocab
-    if opts.eval_group is not None:
-        lo, hi = vocab.candidates(opts.eval_group) if opts.eval_group < vocab.n_groups else (0, 0)
-        if hi <= lo:
-            raise InputError(f"group {opts.eval_group} has no features in the training data")
-    try:
-        noise = noise_tables(vocab, opts.alpha1, opts.alpha2, opts.negative_groups,
-                             row_values if opts.reject_positives else None)
-    except ValueError as exc:
-        raise InputError(f"{data.path}: {exc}") from None
-    sampled = rset = None
-    if validation is not None:
-        vrows = kernel_rows(model, validation)
-        sampled = ranking.fixed_negatives(vocab, noise, vrows, opts.negatives, REDRAWS, opts.seed + 1)
-        if opts.eval_group is not None:
-            rset = ranking.ranking_set(vocab, vrows, opts.eval_group, row_values, opts.seed + 2)
-    state = optimizer_state(opts.method, model)
-    hyper = hyper_vector(opts, model)
-    reg_v = np.asarray(per_level(opts.reg_factors, len(opts.ranks)), dtype=np.float64)
-    conf = np.zeros(K.N_CONF, dtype=np.int64)
-    conf[K.C_NEGATIVES], conf[K.C_LOSS], conf[K.C_NCE] = opts.negatives, LOSSES[opts.loss], opts.nce
-    conf[K.C_NESTED], conf[K.C_VARIANT] = model.nested, VARIANTS[opts.variant]
-    conf[K.C_TRIES] = REDRAWS if opts.reject_positives else 0
-    kmodel = model.kernel_model()
-    vocab_k = (vocab.ptr, vocab.feat, vocab.x)
-    watch, sign = watched(opts, rset is not None)
-    best = (math.inf, 0, None)
-    history = []
-    log = Log(rlog, "implicit", metric_names(opts, rset is not None))
+    run = ImplicitTraining(data, groups, opts, validation, levels_override)
+    log = Log(rlog, "implicit", run.metric_names)
     bar = None
     if progress and not quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} implicit",
-                   disable=None)
-    n = data.n_rows
+        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} implicit", disable=None)
     try:
-        for epoch in range(1, opts.iters + 1):
-            start = time.perf_counter()
-            order = rng.permutation(n).astype(np.int64)
-            streams = rng_streams((opts.seed, epoch), opts.threads)
-            args = ((epoch - 1) * n, row_values, vocab_k, noise.kernel_tuple(), kmodel, state, hyper, reg_v,
-                    conf, streams, METHODS[opts.method])
-            if opts.threads > 1:
-                loss = K.train_epoch_hogwild(order, opts.threads, *args)
-            else:
-                loss = K.train_epoch(order, *args)
-            train_loss = loss / max(n, 1)
-            model.w0 = float(kmodel[5][0])
-            row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
-            if sampled is not None:
-                row.update(ranking.sampled_metrics(model, sampled, LOSSES[opts.loss], opts.nce))
-            if rset is not None:
-                row.update(ranking.ranking_metrics(model, rset, opts.top_k))
-            if not math.isfinite(train_loss) or (sampled is not None and not math.isfinite(row["loss"])):
-                raise DivergedError(
-                    f"training diverged in epoch {epoch} (train loss {train_loss}); "
-                    f"try a smaller --learn-rate (now {opts.learn_rate:g})")
-            history.append(row)
-            log.write(row)
-            if bar is not None:
-                shown = {"loss": f"{train_loss:.4f}"}
-                if sampled is not None:
-                    shown[f"val_{watch}"] = f"{row[watch]:.4f}"
-                bar.set_postfix(shown, refresh=False)
-                bar.update(1)
-            if sampled is None:
-                continue
-            if sign * row[watch] < best[0]:
-                best = (sign * row[watch], epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
-            elif opts.early_stop and epoch - best[1] >= opts.early_stop:
-                break
+        run.advance(opts.iters, log, bar)
     finally:
         if bar is not None:
             bar.close()
-    if best[2] is not None:
-        model.w0, model.w, model.V = best[2]
-    steady = [h["seconds"] for h in history[1:]] or [h["seconds"] for h in history]  # epoch 1 compiles
-    summary = {"epochs": len(history), "best_epoch": best[1] or len(history),
-               "positives_per_second": n / max(float(np.median(steady)), 1e-9)}
-    if best[2] is not None:
-        names = metric_names(opts, rset is not None)
-        summary["validation"] = {k: history[best[1] - 1][k] for k in names}
-    model.info = {"options": asdict(opts), "training": summary}
+    model, history = run.result()
     if not quiet:
-        echo(_summary_line(opts, model, history, summary))
+        echo(_summary_line(opts, model, history, model.info["training"]))
     return model, history
 
 

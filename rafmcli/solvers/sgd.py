@@ -178,50 +178,74 @@ class Training:
         return self.stopped or self.epoch >= self.opts.iters
 
     def advance(self, until, log=None, bar=None):
-        """Train epochs epoch+1 .. ``until`` (at most opts.iters) unless early stopping ends the run."""
-        opts, model = self.opts, self.model
-        vrows = self.valid_rows
-        loss_name = metrics.early_stop_metric(opts.task)  # NaN here means divergence (AUC can be NaN)
-        n = self.data_rows[3].shape[0]
-        task = K.TASK_REGRESSION if opts.task == "r" else K.TASK_CLASSIFICATION
+        """Train epochs epoch+1 .. ``until`` (at most opts.iters) unless early stopping ends the run.
+
+        The loop is shared with implicit training (solvers/implicit.py), which
+        overrides the per-epoch hooks ``train_epoch``, ``validate`` and ``score``.
+        """
         while not self.done and self.epoch < until:
             epoch = self.epoch + 1
             start = time.perf_counter()
-            order = self.rng.permutation(n).astype(np.int64)
-            args = (self.steps + (epoch - 1) * n, self.data_rows, self.kmodel, self.state, self.hyper, self.reg_v, task,
-                    model.nested, VARIANTS[opts.variant], METHODS[opts.method])
-            if self.adaptive is not None:
-                loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
-            elif opts.threads > 1:
-                loss = K.train_epoch_hogwild(order, opts.threads, *args)
-            else:
-                loss = K.train_epoch(order, *args)
-            mean_loss = loss / max(n, 1)
-            train_loss = math.sqrt(mean_loss) if opts.task == "r" else mean_loss
-            model.w0 = float(self.kmodel[5][0])
+            order = self.rng.permutation(self.n_rows).astype(np.int64)
+            train_loss = self.train_epoch(order, epoch)
             row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
-            if vrows is not None:
-                row.update(metrics.evaluate(opts.task, self.validation.labels, predict_rows(model, vrows)))
-            if not math.isfinite(train_loss) or (vrows is not None and not math.isfinite(row[loss_name])):
+            validated = self.validate()
+            if validated is not None:
+                row.update(validated)
+            if not math.isfinite(train_loss) or (validated is not None
+                                                 and not math.isfinite(row[self.divergence_metric])):
                 raise DivergedError(
                     f"training diverged in epoch {epoch} (train loss {train_loss}); "
-                    f"try a smaller --learn-rate (now {opts.learn_rate:g})")
+                    f"try a smaller --learn-rate (now {self.opts.learn_rate:g})")
             self.history.append(row)
             if log is not None:
                 log.write(row)
             if bar is not None:
                 shown = {"loss": f"{train_loss:.4f}"}
-                if vrows is not None:
+                if validated is not None:
                     shown[f"val_{self.watch}"] = f"{row[self.watch]:.4f}"
                 bar.set_postfix(shown, refresh=False)
                 bar.update(1)
-            if vrows is None:
+            if validated is None:
                 continue
-            score = metrics.loss_of(self.watch, row[self.watch])
+            score = self.score(row)
             if score < self.best[0]:
+                model = self.model
                 self.best = (score, epoch, (model.w0, model.w.copy(), aligned_copy(model.V)))
-            elif opts.early_stop and epoch - self.best[1] >= opts.early_stop:
+            elif self.opts.early_stop and epoch - self.best[1] >= self.opts.early_stop:
                 self.stopped = True
+
+    def train_epoch(self, order, epoch):
+        """One pass over the rows ``order``; returns the epoch's training loss (RMSE for r)."""
+        opts, model = self.opts, self.model
+        n = self.n_rows
+        task = K.TASK_REGRESSION if opts.task == "r" else K.TASK_CLASSIFICATION
+        args = (self.steps + (epoch - 1) * n, self.data_rows, self.kmodel, self.state, self.hyper, self.reg_v, task,
+                model.nested, VARIANTS[opts.variant], METHODS[opts.method])
+        if self.adaptive is not None:
+            loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
+        elif opts.threads > 1:
+            loss = K.train_epoch_hogwild(order, opts.threads, *args)
+        else:
+            loss = K.train_epoch(order, *args)
+        model.w0 = float(self.kmodel[5][0])
+        mean_loss = loss / max(n, 1)
+        return math.sqrt(mean_loss) if opts.task == "r" else mean_loss
+
+    def validate(self):
+        """The validation metrics of the current model ({name: value}), or None without validation rows."""
+        if self.valid_rows is None:
+            return None
+        return metrics.evaluate(self.opts.task, self.validation.labels, predict_rows(self.model, self.valid_rows))
+
+    @property
+    def divergence_metric(self):
+        """The validation metric whose NaN means divergence (AUC can be NaN without it)."""
+        return metrics.early_stop_metric(self.opts.task)
+
+    def score(self, row):
+        """What early stopping minimises: the watched metric of an epoch's row, as a loss."""
+        return metrics.loss_of(self.watch, row[self.watch])
 
     @property
     def best_epoch(self):

@@ -110,6 +110,9 @@ class ImplicitTraining(Training):
     def score(self, row):
         return self.sign * row[self.watch]
 
+    def summary_line(self, model, history):
+        return _summary_line(self.opts, model, history, model.info["training"])
+
     def result(self):
         """(model with the best epoch's parameters, history); model.info records options and metrics."""
         model, history = self.model, self.history
@@ -135,21 +138,7 @@ def train(data, groups, opts, validation=None, levels_override=None, rlog=None, 
     after ``opts.early_stop`` epochs without improvement.
     """
     run = ImplicitTraining(data, groups, opts, validation, levels_override)
-    log = Log(rlog, "implicit", run.metric_names)
-    bar = None
-    if progress and not quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=opts.iters, unit="epoch", leave=False, desc=f"{opts.model} implicit", disable=None)
-    try:
-        run.advance(opts.iters, log, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    model, history = run.result()
-    if not quiet:
-        echo(_summary_line(opts, model, history, model.info["training"]))
-    return model, history
+    return run.run(Log(rlog, "implicit", run.metric_names), progress, quiet, echo, desc="implicit")
 
 
 def _summary_line(opts, model, history, summary):

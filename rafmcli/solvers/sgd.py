@@ -247,6 +247,28 @@ class Training:
         """What early stopping minimises: the watched metric of an epoch's row, as a loss."""
         return metrics.loss_of(self.watch, row[self.watch])
 
+    def run(self, log=None, progress=True, quiet=False, echo=print, desc="train"):
+        """Advance to opts.iters (a progress bar on stderr unless ``quiet``), then
+        ``result()``, with its summary line to ``echo``."""
+        bar = None
+        if progress and not quiet:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.opts.iters, initial=self.epoch, unit="epoch", leave=False,
+                       desc=f"{self.opts.model} {desc}", disable=None)
+        try:
+            self.advance(self.opts.iters, log, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        model, history = self.result()
+        if not quiet:
+            echo(self.summary_line(model, history))
+        return model, history
+
+    def summary_line(self, model, history):
+        return _summary_line(self.opts, model, history, model.info["training"])
+
     @property
     def best_epoch(self):
         return self.best[1] or self.epoch
@@ -343,21 +365,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
                  f"--regular to fix it")
     else:
         run = Training(data, opts, validation, levels_override, groups, init)
-    bar = None
-    if progress and not quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=opts.iters, initial=run.epoch, unit="epoch", leave=False, desc=f"{opts.model} train",
-                   disable=None)
-    try:
-        run.advance(opts.iters, log, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    model, history = run.result()
-    if not quiet:
-        echo(_summary_line(opts, model, history, model.info["training"]))
-    return model, history
+    return run.run(log, progress, quiet, echo)
 
 
 def _summary_line(opts, model, history, summary):

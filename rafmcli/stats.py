@@ -71,6 +71,7 @@ def file_stats(data, ranks):
         "nonzeros": data.nnz,
         "nonzeros_per_row": data.nnz / data.n_rows if data.n_rows else 0.0,
         "rows_with_repeats": int(data.rows_with_repeats),
+        "fields": field_sizes(data.feature_fields),
         "min_index": int(data.feature_ids[0]) if has_ids else None,
         "max_index": int(data.feature_ids[-1]) if has_ids else None,
         "labels": label_summary(data.labels),
@@ -83,6 +84,14 @@ def file_stats(data, ranks):
         ],
         "models": models,
     }
+
+
+def field_sizes(fields):
+    """A libFFM file's fields as [{"field": f, "features": n}, ...] (None for libSVM/libFM)."""
+    if fields is None:
+        return None
+    ids, sizes = np.unique(np.asarray(fields), return_counts=True)
+    return [{"field": int(f), "features": int(n)} for f, n in zip(ids, sizes)]
 
 
 def strict_json(value):
@@ -111,6 +120,10 @@ def render_text(stats, bar="█"):
         base = "0-based" if s["min_index"] == 0 else "no index 0: 1-based?" if s["min_index"] == 1 else "sparse ids"
         lines.append(f"features     {s['features']:,} distinct, ids {s['min_index']}..{s['max_index']} ({base})")
     lines.append(f"non-zeros    {s['nonzeros']:,} ({s['nonzeros_per_row']:.2f} per row)")
+    if s["fields"] is not None:
+        shown = ", ".join(f"{f['field']} ({f['features']:,})" for f in s["fields"][:8])
+        more = f", ... ({len(s['fields']) - 8:,} more)" if len(s["fields"]) > 8 else ""
+        lines.append(f"fields       {len(s['fields']):,} (libFFM; features per field): {shown}{more}")
     if s["rows_with_repeats"]:
         lines.append(f"repeats      {s['rows_with_repeats']:,} rows repeat a feature index (values summed)")
     lab = s["labels"]

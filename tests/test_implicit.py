@@ -635,6 +635,15 @@ def test_libffm_fields_are_the_groups(planted, tmp_path):
             recs = [run(["recommend", "--model", str(tmp_path / f"implicit-{x}.rafm"), "--group", "1", "-k", "3",
                          str(path)]).output for x, path in contexts]
             assert recs[0] == recs[1] and recs[0].count("\n") == 1 + 3 * 300
+    import json
+
+    stats = run(["stats", "--json", str(tmp_path / "train.ffm"), str(root / "train.libfm")])
+    ffm_stats, svm_stats = json.loads(stats.stdout)["files"]
+    assert svm_stats["fields"] is None
+    items = {t.split(":")[0] for line in open(root / "train.libfm") for t in line.split()[2:]}
+    assert ffm_stats["fields"] == [{"field": 0, "features": ffm_stats["features"] - len(items)},
+                                   {"field": 1, "features": len(items)}]
+    assert "fields       2 (libFFM" in run(["stats", str(tmp_path / "train.ffm")]).stdout
     (tmp_path / "swap.txt").write_text("1\n" * users + "0\n" * 50)
     both = run(["train", "--train", str(tmp_path / "train.ffm"), "--meta", str(tmp_path / "swap.txt"),
                 "--save-model", str(tmp_path / "swap.rafm")] + common[:-1] + ["--holdout", "0", "--eval-group", "0"])

@@ -635,6 +635,13 @@ def test_libffm_fields_are_the_groups(planted, tmp_path):
             recs = [run(["recommend", "--model", str(tmp_path / f"implicit-{x}.rafm"), "--group", "1", "-k", "3",
                          str(path)]).output for x, path in contexts]
             assert recs[0] == recs[1] and recs[0].count("\n") == 1 + 3 * 300
+    head = open(tmp_path / "valid.ffm").read().splitlines(keepends=True)[:4]
+    item = min(set(range(users, users + 50)) - {int(line.split()[2].split(":")[1]) for line in head})
+    (tmp_path / "clash.ffm").write_text("".join(head) + f"1 0:1:1 0:{item}:1\n")  # an item in the users' field
+    clash = run(["train", "--train", str(tmp_path / "train.ffm"), "--validation", str(tmp_path / "clash.ffm")]
+                + common)
+    assert clash.exit_code == 2 and f"{tmp_path / 'clash.ffm'}:5: feature {item} is in field 0 here but in field 1 " \
+        f"in {tmp_path / 'train.ffm'}" in clash.output, clash.output
     import json
 
     stats = run(["stats", "--json", str(tmp_path / "train.ffm"), str(root / "train.libfm")])

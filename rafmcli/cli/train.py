@@ -330,13 +330,17 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         raise click.UsageError("--task implicit needs feature groups: --meta FILE or a libFFM training file "
                                "(field:index:value)")
     valid = _nonempty(read(validation, no_cache, quiet)) if validation else None
+    test_data = read(test, no_cache, quiet) if test else None
+    if hasattr(groups, "check"):  # the training file's libFFM fields are the groups
+        for name, part in ((validation, valid), (test, test_data)):
+            if part is not None:
+                groups.check(name, part)
     if implicit:
         from rafmcli.io.reader import require_positive_labels
 
         for name, part in ((train_file, data), (validation, valid)):
             if part is not None:
                 require_positive_labels(name, part)
-    test_data = read(test, no_cache, quiet) if test else None
     if valid is None and holdout > 0:
         data, valid = holdout_split(data, holdout, seed)
         _nonempty(data)

@@ -85,6 +85,30 @@ class FieldGroups:
         return GroupAssignment(group, self.n_named + (beyond > 0), beyond)
 
 
+    def check(self, name, data):
+        """Another file read with these groups (validation, test): where it is libFFM too, a
+        feature it shares with the training file must be in the same field there; else
+        ``InputError`` at the first line that puts one in another field."""
+        if data.feature_fields is None or not self.ids.shape[0]:
+            return
+        ids = np.asarray(data.feature_ids)
+        at = np.minimum(np.searchsorted(self.ids, ids), self.ids.shape[0] - 1)
+        bad = (self.ids[at] == ids) & (self.fields[at] != np.asarray(data.feature_fields))
+        if not bad.any():
+            return
+        from rafmcli.errors import printable
+        from rafmcli.io.reader import data_line_number
+
+        entry = int(np.flatnonzero(np.isin(data.indices, ids[bad]))[0])
+        row = int(np.searchsorted(data.indptr, entry, side="right")) - 1
+        idx = int(data.indices[entry])
+        j = int(np.searchsorted(ids, idx))
+        line = data_line_number(name, row) if name != "-" else None
+        where = f"{printable(name)}:{line}" if line else f"{printable(name)}: row {row + 1}"
+        raise InputError(f"{where}: feature {idx} is in field {int(data.feature_fields[j])} here but in field "
+                         f"{int(self.fields[at[j]])} in {printable(self.path)}, whose fields are the groups")
+
+
 def single_group(n_features):
     """All features in group 0: what every solver uses without ``--meta``."""
     return GroupAssignment(np.zeros(n_features, dtype=np.int32), 1, 0)

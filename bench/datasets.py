@@ -79,7 +79,7 @@ def rank_aware_rows(rng, n_rows, fields=(20000, 5000, 2000, 500, 100, 30), expon
     return labels, perm[ids_by_rank], n_features
 
 
-def _rankaware(out, n_train=400_000, n_test=100_000, seed=3):
+def _rankaware(out, n_train=100_000, n_test=25_000, seed=3):
     rng = np.random.default_rng(seed)
     for split, n in (("train", n_train), ("test", n_test)):
         labels, ids, _ = rank_aware_rows(rng, n, total_rows=n_train)

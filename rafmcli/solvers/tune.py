@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rafmcli import metrics
-from rafmcli.options import DEFAULTS, method_default
+from rafmcli.options import DEFAULTS, L2_CHOICES, method_default
 
 # the paper's L2 grid {1e-6, 5e-6, 1e-5, ..., 1e-1}, one step further: rafm's L2 acts per occurrence
 L2_GRID = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 2e-1)
@@ -37,7 +37,7 @@ LR_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # times the method's default learning rat
 DEP_RATE_STEPS = (1.0, 2.0, 5.0, 10.0)  # rho_d / rho_f of the paper variant
 RAFM_VARIANTS = ("paper", "authors", "cascade")
 ETA = 3  # successive halving keeps the best 1/ETA of a rung
-FIRST_RUNG = 3  # epochs of the first rung
+FIRST_RUNG_SHARE = 0.1  # the first rung trains a tenth of --iter: strongly regularised models start slowly
 DEFAULT_TRIALS = 27  # configurations per model and bracket
 
 
@@ -150,15 +150,15 @@ def _advance(job):
         run.attach(_WORKER["train"], _WORKER["valid"])
     else:
         run = Training(_WORKER["train"], opts, _WORKER["valid"])
+    diverged = False
     try:
         run.advance(until)
-    except DivergedError:
-        return {"number": number, "diverged": True, "epochs": run.epoch + 1, "pid": os.getpid(),
-                "seconds": time.perf_counter() - start, "params": run.model.n_params}
+    except DivergedError:  # the trial ends; its best epoch before the divergence stands
+        diverged, run.stopped = True, True
     with open(path + ".tmp", "wb") as fh:
         pickle.dump(run, fh, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(path + ".tmp", path)
-    return {"number": number, "diverged": False, "epochs": run.epoch, "best_epoch": run.best_epoch,
+    return {"number": number, "diverged": diverged, "epochs": run.epoch + diverged, "best_epoch": run.best_epoch,
             "value": run.best_value, "score": run.best[0], "done": run.done,
             "seconds": time.perf_counter() - start, "params": run.model.n_params, "pid": os.getpid()}
 
@@ -211,11 +211,10 @@ class Search:
         new = []
         for model in self.s.models:
             base = self.base
-            if index == 0:  # the defaults' point first, as rafm train would run it
+            first = []
+            if index == 0:  # rafm train's defaults first: its ranks and rate, each L2 it races
                 choice = ranksets.choose(self.train.counts, self.train.n_rows, model)
-                first = [replace(base, model=model, ranks=choice.ranks)]
-            else:
-                first = []
+                first = [replace(base, model=model, ranks=choice.ranks, reg_factors=(c,)) for c in L2_CHOICES][:n]
             for opts in first + sample_configurations(base, model, self.rank_sets[model], n - len(first),
                                                       self.rng):
                 new.append(Trial(len(self.trials) + len(new), opts, bracket=index))
@@ -223,8 +222,9 @@ class Search:
         return new
 
     def _rungs(self, skip):
-        """Epoch counts of the rungs: FIRST_RUNG * ETA^k, the last one --iter; ``skip`` first ones dropped."""
-        rungs, e = [], FIRST_RUNG
+        """Epoch counts of the rungs: a tenth of --iter times ETA^k, the last one --iter; ``skip`` first
+        ones dropped."""
+        rungs, e = [], max(1, round(FIRST_RUNG_SHARE * self.s.iters))
         while e < self.s.iters:
             rungs.append(e)
             e *= ETA
@@ -344,11 +344,9 @@ class Search:
             t.seconds += result["seconds"]
             t.epochs = result["epochs"]
             t.params = result["params"]
-            if result["diverged"]:
-                t.diverged, t.done, t.score, t.value = True, True, math.inf, math.nan
-            else:
-                t.best_epoch, t.value, t.score, t.done = (result["best_epoch"], result["value"], result["score"],
-                                                          result["done"])
+            t.diverged = result["diverged"]
+            t.best_epoch, t.value, t.score, t.done = (result["best_epoch"], result["value"], result["score"],
+                                                      result["done"])
 
     def best(self):
         """The trial with the best validation score so far (ties: the earlier trial), or None."""

@@ -194,3 +194,31 @@ def test_outputs_are_one_transaction(sample, tmp_path):
     assert result.exit_code == 2 and "full: cannot write" in result.output, result.output
     assert sorted(os.listdir(tmp_path)) == ["full", "m.rafm"]
     assert (tmp_path / "m.rafm").read_bytes() == b"the previous model"
+
+
+def test_a_diverging_trial_keeps_its_best_epoch(sample, tmp_path, monkeypatch):
+    """A trial that diverges after good epochs ends there with the score of its best epoch and a
+    checkpoint that restores that epoch (it is not thrown away as a failure)."""
+    from rafmcli.errors import DivergedError
+    from rafmcli.solvers.sgd import Training
+
+    real = Training.advance
+
+    def two_then_diverge(self, until, *args, **kwargs):
+        real(self, 2)
+        raise DivergedError("diverged")
+
+    monkeypatch.setattr(Training, "advance", two_then_diverge)
+    monkeypatch.setattr(T, "_WORKER", {"folder": str(tmp_path), "train": read_dataset(sample("regression.train")),
+                                       "valid": read_dataset(sample("regression.validation"))})
+    opts = Options(task="r", model="fm", ranks=(4,), iters=10)
+    result = T._advance((0, opts, 5))
+    assert result["diverged"] and result["done"] and result["best_epoch"] in (1, 2)
+    assert math.isfinite(result["score"]) and result["value"] == pytest.approx(result["score"])
+    import pickle
+
+    with open(tmp_path / "trial-0.pickle", "rb") as fh:
+        run = pickle.load(fh)
+    run.attach(T._WORKER["train"], T._WORKER["valid"])
+    model, _ = run.result()
+    assert model.info["training"]["validation"]["rmse"] == pytest.approx(result["value"])

@@ -81,7 +81,8 @@ METHOD_DEFAULTS = {
 }
 
 # Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.
-_SGD_ONLY = ("learn_rate", "dependent_rate", "variant", "dependent_weight")
+# (als and mcmc take dependent_weight: the weight c of RaFM's distillation term.)
+_SGD_ONLY = ("learn_rate", "dependent_rate", "variant")
 METHOD_IGNORES = {
     "sgd": ("burn_in", "keep_samples", "keep_means"),
     "adagrad": ("burn_in", "keep_samples", "keep_means"),

@@ -155,6 +155,64 @@ def naive_sweep(problem, priors, alpha, draw, keys):
     return moments
 
 
+def naive_gaps(problem, l):
+    """B_{1,l+2} - B_{1,l+1} of every row (levels 1-based in the pair loop): R_l, teacher minus student."""
+    model = problem.model
+    indptr, indices, values = problem.csr
+    out = []
+    for r in range(indptr.shape[0] - 1):
+        ids = list(indices[indptr[r]:indptr[r + 1]])
+        vals = list(values[indptr[r]:indptr[r + 1]]) if values.shape[0] else [1.0] * len(ids)
+        out.append(pair_loop("rafm", ids, vals, model.levels, model.ranks, model.V, cap=l + 2)
+                   - pair_loop("rafm", ids, vals, model.levels, model.ranks, model.V, cap=l + 1))
+    return np.array(out)
+
+
+def naive_distilled_sweep(problem, priors, alpha, draw, keys, c):
+    """The factor sweep with RaFM's distillation term, naively: a dependent coordinate of level l
+    (feature above l) has the density's extra factor exp(-c alpha/2 Sum R_l^2), R_l = g_d + theta h_d
+    from the pair loop; the other coordinates (the teachers) have none."""
+    model, group = problem.model, problem.group
+    y = problem.labels
+    for pos, i, l, f in coordinates(problem):
+        g, h = linear_in(problem, model.V, pos)
+        cidx = coord_index(problem, l, f)
+        lam, mu = priors.lam_v[group[i], cidx], priors.mu_v[group[i], cidx]
+        p = alpha * (h @ h) + lam
+        num = alpha * ((y - g) @ h) + lam * mu
+        if model.levels[i] > l + 1:
+            keep = model.V[pos]
+            model.V[pos] = 0.0
+            g_d = naive_gaps(problem, l)
+            model.V[pos] = 1.0
+            h_d = naive_gaps(problem, l) - g_d
+            model.V[pos] = keep
+            p += c * alpha * (h_d @ h_d)
+            num -= c * alpha * (g_d @ h_d)
+        model.V[pos] = np.float32(num / p + (K.normals(keys[1], pos + 1)[pos] / math.sqrt(p) if draw else 0.0))
+
+
+@pytest.mark.parametrize("ranks", [(2, 9), (2, 3, 9)])
+@pytest.mark.parametrize("draw,local_rows", [(False, 4096), (True, 3)], ids=["als-gathered", "mcmc-streamed"])
+def test_distilled_sweep_equals_naive_updates(ranks, draw, local_rows):
+    """RaFM's dependent coordinates with the distillation term: each update against the full-data
+    conditional (pair loop), and the cached residuals R_l against the pair loop's B_{1,l+1} - B_{1,l}."""
+    problem, scratch = setup("rafm", ranks, local_rows=local_rows)
+    reference, _ = setup("rafm", ranks)
+    scratch = C.Scratch.for_rows(problem.labels.shape[0], 1, local_rows, distilled_levels=len(ranks) - 1)
+    scratch.start(problem, problem.labels - naive_scores(problem))
+    for l in range(len(ranks) - 1):
+        np.testing.assert_allclose(scratch.R[:, l], naive_gaps(problem, l), atol=1e-6)
+    priors = group_priors(problem, 5)
+    alpha, keys, c = 1.7, (11, 12), 2.5
+    assert C.sweep(problem, priors, alpha, scratch, draw, keys, C.Workers(1), linear=False, distil=c) == 0
+    naive_distilled_sweep(reference, priors, alpha, draw, keys, c)
+    np.testing.assert_allclose(problem.model.V, reference.model.V, rtol=2e-5, atol=2e-6)
+    for l in range(len(ranks) - 1):
+        np.testing.assert_allclose(scratch.R[:, l], naive_gaps(problem, l), atol=1e-5)
+    np.testing.assert_allclose(scratch.e, problem.labels - naive_scores(problem), atol=1e-5)
+
+
 def groups_of(problem_data_ids, n_groups):
     from rafmcli.io.groups import GroupAssignment
 

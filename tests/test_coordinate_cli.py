@@ -185,3 +185,18 @@ def test_kept_means_are_the_means_of_the_chain_stretches(tmp_path, sample):
     for kept, stretch in zip(means, (draws[:3], draws[3:])):
         for k in range(3):
             np.testing.assert_allclose(kept[k], np.mean([d[k] for d in stretch], axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_dependent_weight_is_the_distillation_weight_of_rafm_mcmc(tmp_path, sample):
+    """--dependent-weight c reaches the coordinate solver (0: no distillation term); FM refuses it."""
+    base = ("train", "--task", "r", "--train", sample("regression.train"), "--test", sample("regression.test"),
+            "--method", "mcmc", "--iter", 6, "--quiet")
+    outs = []
+    for c in (0, 1, 1):
+        out = tmp_path / f"p{len(outs)}.txt"
+        result = run(*base, "--model", "rafm", "--ranks", "2,5", "--dependent-weight", c, "--out", out)
+        assert result.exit_code == 0, result.output
+        outs.append(np.loadtxt(out))
+    assert np.array_equal(outs[1], outs[2]) and not np.allclose(outs[0], outs[1])
+    result = run(*base, "--model", "fm", "--dependent-weight", 1, "--out", tmp_path / "f.txt")
+    assert result.exit_code == 2 and "--dependent-weight applies to --model rafm only" in result.output

@@ -110,7 +110,7 @@ def check_method_options(ctx, method):
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
 
 
-def check_variant_options(ctx, model_kind, variant, dependent_rate):
+def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None):
     """Refuse options the chosen model or variant would ignore (exit 2)."""
     given = {name for name in ("variant", "dependent_weight") if _given(ctx, name)}
     if dependent_rate is not None:
@@ -121,7 +121,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
     if "dependent_rate" in given and variant != "paper":
         raise click.UsageError(f"--dependent-rate is rho_d of --variant paper (Algorithm 1); --variant "
                                f"{variant} trains every parameter with one optimizer at --learn-rate")
-    if "dependent_weight" in given and variant == "paper":
+    if "dependent_weight" in given and variant == "paper" and method not in ("als", "mcmc"):
         raise click.UsageError("--dependent-weight is c_p of --variant authors or cascade; --variant paper "
                                "(Algorithm 1) trains dependent variables on the distillation loss alone")
 
@@ -187,7 +187,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate):
                    "loss plus distillation terms with the stop-gradients of the authors' code) or cascade "
                    "(the same terms, gradient through every level).")
 @click.option("--dependent-weight", type=FiniteFloatRange(0), default=D.dependent_weight, show_default=True,
-              help="RaFM, authors and cascade variants: weight c_p of each distillation term.")
+              help="RaFM, authors and cascade variants, als and mcmc: weight c_p of each distillation term.")
 @click.option("--regular", type=FLOATS,
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
@@ -289,7 +289,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     distinct_outputs(out=out, save_model=save_model, rlog=rlog, dump_model=dump_model)
     ctx = click.get_current_context()
     check_method_options(ctx, method)
-    check_variant_options(ctx, model_kind, variant, dependent_rate)
+    check_variant_options(ctx, model_kind, variant, dependent_rate, method)
     if metric and task == "implicit":
         raise click.UsageError("--metric applies to --task r and c; implicit training watches NDCG@K "
                                "(--eval-group) or the validation loss")

@@ -26,6 +26,17 @@ c_b - Sum_{b'<b} d_b' G_b'b + theta_b G_bb (e already moved by the earlier
 coordinates), and a second pass updates the caches: two passes over the rows
 per block instead of two per coordinate, the exact coordinate-wise sampler.
 
+RaFM's dependent vectors v_i^(l), l < k_i, pair i only with features of top
+level l, so the rows alone say little about them. As Algorithm 1 fits them
+to the level above, the density gets the distillation factor
+exp(-c alpha/2 Sum_rows R_l^2) with R_l = B_{1,l+1} - B_{1,l} = A_{l+1,l+1} -
+A_{l,l+1} (rafm-notes, Theorem 3): linear in a dependent coordinate with
+h_d = x_i (T_{l,f} - v_{i,f}^(l) x_i), it adds c alpha Sum h_d^2 to the
+precision and c alpha Sum (R_l + theta h_d) h_d to the mean's numerator. The
+teachers (level l+1) are drawn without it (a cut, like the stop-gradient of
+the authors' code), and their moves carry R_l along: R_{l-1} += x_i
+(S_{l,f} - v_{i,f} x_i) d for any coordinate of level l.
+
 Features are coloured so that features of one colour never share a row
 (a one-hot field is one colour): given the rest they are independent, and a
 colour's features are updated in parallel. Random numbers come from a
@@ -188,7 +199,7 @@ def linear_part(csc, group, w, mu, lam, alpha, e, draw, key, order, lo, hi):
             eh += e[rows[k]] * x
         old = np.float64(w[i])
         g = group[i]
-        new32 = np.float32(_draw(old, hh, eh, alpha, mu[g], lam[g], draw, key, i))
+        new32 = np.float32(_draw(old, hh, eh, alpha, mu[g], lam[g], draw, key, i, 0.0, 0.0, 0.0))
         if not np.isfinite(new32):
             bad += 1
             continue
@@ -235,39 +246,46 @@ def coordinate_h(x, s, t, v, dep):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter):
-    """The conditional's mean (ALS) or a draw from it (MCMC); ``old`` when its precision is 0."""
-    p = alpha * hh + prior_lam
+def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter, dd=0.0, ed=0.0, cd=0.0):
+    """The conditional's mean (ALS) or a draw from it (MCMC); ``old`` when its precision is 0.
+
+    hh = Sum h^2, eh = Sum e h; dd = Sum h_d^2, ed = Sum R h_d of the distillation term, weight cd.
+    """
+    p = alpha * (hh + cd * dd) + prior_lam
     if not p > 0.0:
         return old
-    new = (alpha * (eh + old * hh) + prior_lam * prior_mu) / p
+    new = (alpha * (eh + old * hh + cd * (ed + old * dd)) + prior_lam * prior_mu) / p
     if draw:
         new += normal(key, counter) / math.sqrt(p)
     return new
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, cstart, order, lo, hi, buffers):
+def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, R, cd, draw, key, l, f0, cstart, order, lo, hi,
+                buffers):
     """Update coordinates f0..f0+BLOCK-1 (within level l's width) of v_i^(l) for i in order[lo:hi].
 
     The prior of coordinate f of a feature in group g is mu[g, cstart + f],
     lam[g, cstart + f]. S and T hold the block's row sums (:func:`block_sums`).
+    RaFM with cd > 0: R[r, l] is row r's distillation residual R_l (module notes).
 
-    A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D, W),
-    this thread's) is gathered once: H[b, k] = h_b of its k-th row, E[k] = e
-    of that row. Its coordinates then move one by one on contiguous memory
+    A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D, W, Hd,
+    Ed), this thread's) is gathered once: H[b, k] = h_b of its k-th row, E[k]
+    = e of that row (Hd, Ed: h_d and R_l). Its coordinates then move one by one on contiguous memory
     (the h_b do not change while they do) and one more pass writes e, S and
     T back. Larger features take two passes over their rows per coordinate.
     Returns the number of non-finite draws (those coordinates keep their value).
     """
     colptr, rows, values, col_of = csc
     widths, offsets, sizes, nested, V = layout
-    H, E, D, W = buffers
+    H, E, D, W, Hd, Ed = buffers
     has_values = values.shape[0] > 0
     m = widths.shape[0]
     width = widths[l]
     nb = min(BLOCK, width - f0)
     size_next = sizes[l + 1] if nested and l + 1 < m else 0
+    distil = cd > 0.0 and size_next > 0   # level l has students
+    teach = cd > 0.0 and nested and l > 0  # level l teaches level l - 1
     bad = 0
     for idx in range(lo, hi):
         i = order[idx]
@@ -287,6 +305,13 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
                     E[k] = e[r]
                     for b in range(nb):
                         H[b, k] = x * (S[r, b] - T[r, b])
+                if distil:
+                    for k in range(n):
+                        r = rows[a + k]
+                        x = np.float64(values[a + k]) if has_values else 1.0
+                        Ed[k] = R[r, l]
+                        for b in range(nb):
+                            Hd[b, k] = x * (T[r, b] - W[b] * x)
             else:
                 for k in range(n):
                     r = rows[a + k]
@@ -300,9 +325,15 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
                 for k in range(n):
                     hh += H[b, k] * H[b, k]
                     eh += E[k] * H[b, k]
-                old = np.float64(V[base + np.uint64(b)])
+                dd = 0.0
+                ed = 0.0
+                if dep and distil:
+                    for k in range(n):
+                        dd += Hd[b, k] * Hd[b, k]
+                        ed += Ed[k] * Hd[b, k]
+                old = W[b]
                 new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cstart + f0 + b], lam[g, cstart + f0 + b],
-                                         draw, key, base + np.uint64(b)))
+                                         draw, key, base + np.uint64(b), dd, ed, cd))
                 D[b] = 0.0
                 if not np.isfinite(new32):
                     bad += 1
@@ -312,13 +343,23 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
                 if D[b] != 0.0:
                     for k in range(n):
                         E[k] -= H[b, k] * D[b]
+                    if dep and distil:
+                        for k in range(n):
+                            Ed[k] -= Hd[b, k] * D[b]
             for k in range(n):
                 r = rows[a + k]
                 x = np.float64(values[a + k]) if has_values else 1.0
                 e[r] = E[k]
+                if teach:
+                    moved = 0.0
+                    for b in range(nb):
+                        moved += x * (S[r, b] - W[b] * x) * D[b]
+                    R[r, l - 1] += moved
                 for b in range(nb):
                     S[r, b] += x * D[b]
                 if dep:
+                    if distil:
+                        R[r, l] = Ed[k]
                     for b in range(nb):
                         T[r, b] += x * D[b]
             continue
@@ -326,14 +367,20 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
             old = np.float64(V[base + np.uint64(b)])
             hh = 0.0
             eh = 0.0
+            dd = 0.0
+            ed = 0.0
             for k in range(a, z):
                 r = rows[k]
                 x = np.float64(values[k]) if has_values else 1.0
                 h = coordinate_h(x, S[r, b], T[r, b], old, dep)
                 hh += h * h
                 eh += e[r] * h
+                if dep and distil:
+                    hd = x * (T[r, b] - old * x)
+                    dd += hd * hd
+                    ed += R[r, l] * hd
             new32 = np.float32(_draw(old, hh, eh, alpha, mu[g, cstart + f0 + b], lam[g, cstart + f0 + b],
-                                     draw, key, base + np.uint64(b)))
+                                     draw, key, base + np.uint64(b), dd, ed, cd))
             if not np.isfinite(new32):
                 bad += 1
                 continue
@@ -345,10 +392,40 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, draw, key, l, f0, c
                 r = rows[k]
                 x = np.float64(values[k]) if has_values else 1.0
                 e[r] -= coordinate_h(x, S[r, b], T[r, b], old, dep) * d
+                if teach:
+                    R[r, l - 1] += x * (S[r, b] - old * x) * d
+                if dep and distil:
+                    R[r, l] -= x * (T[r, b] - old * x) * d
                 S[r, b] += x * d
                 if dep:
                     T[r, b] += x * d
     return bad
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def distillation_residuals(csr, widths, offsets, sizes, V, R, lo, hi):
+    """R[r, l] = A_{l+1,l+1} - A_{l,l+1} of rows r in lo..hi-1 (RaFM; module notes): the pairs of
+    F_{l+1} features at level l+1 minus the same pairs at level l."""
+    indptr, indices, values = csr
+    has_values = values.shape[0] > 0
+    for r in range(lo, hi):
+        for l in range(widths.shape[0] - 1):
+            gap = 0.0
+            for level, sign in ((l + 1, 1.0), (l, -1.0)):
+                width = widths[level]
+                for f in range(width):
+                    s = 0.0
+                    q = 0.0
+                    for k in range(indptr[r], indptr[r + 1]):
+                        i = indices[k]
+                        if i >= sizes[l + 1]:
+                            continue
+                        x = np.float64(values[k]) if has_values else 1.0
+                        v = np.float64(V[offsets[level] + i * width + f]) * x
+                        s += v
+                        q += v * v
+                    gap += sign * 0.5 * (s * s - q)
+            R[r, l] = gap
 
 
 @njit(cache=True)

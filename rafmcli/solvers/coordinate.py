@@ -11,6 +11,8 @@ One loop serves both; ALS is MCMC without the draws (libFM TIST 2012, Sec. 4):
   and factor coordinate for the factors, then the factors
   (:mod:`rafmcli.kernels.coordinate`). Predictions average the samples after
   the burn-in; classification uses the probit link with latent targets.
+  RaFM's dependent vectors are also fitted to the level above (a
+  distillation term of weight ``--dependent-weight`` c, the kernels' notes).
 * ALS takes each coordinate's conditional mean with alpha = 1, prior means 0
   and the prior precisions fixed to the ``--regular`` values: exact
   coordinate descent on 1/2 Sum e^2 + 1/2 Sum lam theta^2.
@@ -259,23 +261,36 @@ def _read_only(arrays):
 
 @dataclass
 class Scratch:
-    """Working arrays of a run: residuals e, block sums S and T per row, each thread's buffers."""
+    """Working arrays of a run: residuals e, block sums S and T per row, distillation residuals R
+    (RaFM: [rows, levels - 1], else empty), each thread's buffers."""
 
     e: np.ndarray
     S: np.ndarray
     T: np.ndarray
-    buffers: list   # per thread (H, E, D, W) for kernels.coordinate.factor_part
+    R: np.ndarray
+    buffers: list   # per thread (H, E, D, W, Hd, Ed) for kernels.coordinate.factor_part
 
     @classmethod
-    def for_rows(cls, n, threads=1, local_rows=None, longest=None):
+    def for_rows(cls, n, threads=1, local_rows=None, longest=None, distilled_levels=0):
         """Arrays for ``n`` rows; buffers for features of up to ``local_rows`` rows (default
-        LOCAL_ROWS), no longer than the ``longest`` feature."""
+        LOCAL_ROWS), no longer than the ``longest`` feature; R for ``distilled_levels``."""
         from rafmcli.kernels.coordinate import BLOCK, LOCAL_ROWS
 
         local = min(LOCAL_ROWS if local_rows is None else local_rows, n if longest is None else longest)
-        buffers = [(np.empty((BLOCK, local)), np.empty(local), np.empty(BLOCK), np.empty(BLOCK))
-                   for _ in range(threads)]
-        return cls(np.empty(n), np.zeros((n, BLOCK)), np.zeros((n, BLOCK)), buffers)
+        gather = distilled_levels and local
+        buffers = [(np.empty((BLOCK, local)), np.empty(local), np.empty(BLOCK), np.empty(BLOCK),
+                    np.empty((BLOCK, gather)), np.empty(gather)) for _ in range(threads)]
+        return cls(np.empty(n), np.zeros((n, BLOCK)), np.zeros((n, BLOCK)),
+                   np.zeros((n if distilled_levels else 0, max(distilled_levels, 1))), buffers)
+
+    def start(self, problem, residuals):
+        """e = ``residuals``; R from the model (:func:`kernels.coordinate.distillation_residuals`)."""
+        from rafmcli.kernels.coordinate import distillation_residuals
+
+        self.e[:] = residuals
+        if self.R.shape[0]:
+            m = problem.model
+            distillation_residuals(problem.csr, m.widths, m.offsets, m.sizes, m.V, self.R, 0, self.R.shape[0])
 
 
 class Workers:
@@ -301,11 +316,12 @@ class Workers:
             self.pool.shutdown()
 
 
-def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True):
+def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True, distil=0.0):
     """One pass over the linear weights (unless ``linear`` is False) and every factor coordinate.
 
     Colour classes run one after another, each split over the workers; a
-    level's BLOCK-coordinate blocks first get their row sums S, T. Returns
+    level's BLOCK-coordinate blocks first get their row sums S, T. ``distil``:
+    the weight c of the distillation term (RaFM; needs scratch.R). Returns
     the number of non-finite draws.
     """
     from rafmcli.kernels import coordinate as K
@@ -313,7 +329,8 @@ def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True):
     order, bounds, classes = problem.sched.kernel()
     csr, csc, group, layout = problem.csr, problem.csc, problem.group, problem.layout
     widths, offsets, sizes, nested, V = layout
-    e, S, T = scratch.e, scratch.S, scratch.T
+    e, S, T, R = scratch.e, scratch.S, scratch.T, scratch.R
+    cd = float(distil) if R.shape[0] else 0.0
     parts = bounds.shape[1] - 1
     n = e.shape[0]
     row_cuts = [t * n // parts for t in range(parts + 1)]
@@ -332,8 +349,9 @@ def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True):
                                                row_cuts[t], row_cuts[t + 1]), parts)
             for c in range(classes[l], classes[l + 1]):
                 bad += sum(workers.run(lambda t: K.factor_part(csc, layout, group, priors.mu_v, priors.lam_v, alpha, e,
-                                                           S, T, draw, keys[1], l, f0, cstart, order, bounds[c, t],
-                                                           bounds[c, t + 1], scratch.buffers[t]), parts))
+                                                           S, T, R, cd, draw, keys[1], l, f0, cstart, order,
+                                                           bounds[c, t], bounds[c, t + 1], scratch.buffers[t]),
+                                       parts))
         cstart += widths[l]
     return bad
 
@@ -391,7 +409,9 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     reg = Regularisation.from_options(opts, problem.n_groups)
     priors = fixed_priors(reg, model.widths)
     n = labels.shape[0]
-    scratch = Scratch.for_rows(n, opts.threads, longest=int(np.diff(problem.csc[0]).max(initial=1)))
+    distilled = len(model.widths) - 1 if model.nested and opts.dependent_weight > 0 else 0
+    scratch = Scratch.for_rows(n, opts.threads, longest=int(np.diff(problem.csc[0]).max(initial=1)),
+                               distilled_levels=distilled)
     e = scratch.e
     lev = model.kernel_model()[0]
 
@@ -419,7 +439,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
         bar = tqdm(total=opts.iters, unit="iter", leave=False, desc=f"{opts.model} {opts.method}", disable=None)
     # e = target - y_hat is kept exact by every update; the probit target is the latent z
     target = labels.copy()
-    np.subtract(target, scores(problem.csr), out=e)
+    scratch.start(problem, target - scores(problem.csr))
     try:
         for it in range(1, opts.iters + 1):
             start = time.perf_counter()
@@ -441,7 +461,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
                     draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w)
                 draw_hyper(rng, *K.group_moments(model.V, model.widths, model.offsets, model.sizes,
                                                  problem.group, problem.n_groups), priors.mu_v, priors.lam_v)
-            bad = sweep(problem, priors, alpha, scratch, sampling, keys, workers, opts.linear)
+            bad = sweep(problem, priors, alpha, scratch, sampling, keys, workers, opts.linear, opts.dependent_weight)
             seconds = time.perf_counter() - start
             if bad or not math.isfinite(alpha) or not math.isfinite(model.w0):
                 raise DivergedError(f"{opts.method}: non-finite parameters in iteration {it}")

@@ -9,8 +9,10 @@ libFM runs only when given (--libfm PATH or $LIBFM: a libFM binary built from
 github.com/srendle/libfm; this script never builds it).
 
 * accuracy: test RMSE of every method, 200 iterations for MCMC (rafm and
-  libFM); ALS, SGDA and AdaGrad stop early on 10% of u1.base held out
-  (libFM's ALS and SGDA run 100 iterations; SGDA learns on that 10%).
+  libFM; the headline rows mean +- sd over seeds 1, 2, 3, the others seed 1);
+  ALS, SGDA and AdaGrad stop early on 10% of u1.base held out (libFM's ALS
+  and SGDA run 100 iterations; SGDA learns on that 10%). "c 0" rows switch
+  off RaFM's distillation term (--dependent-weight 0).
 * speed: seconds per MCMC iteration, FM rank 8 and 32 (ids), rafm on 1 and 2
   threads and libFM, each in a fresh process, side by side.
 * click: the rating >= 4 task, MCMC (probit) against AdaGrad: logloss, AUC.
@@ -32,6 +34,7 @@ sys.path.insert(0, HERE)
 import ml100k  # noqa: E402  (bench/ml100k.py: the data)
 
 ITERS = 200
+SEEDS = (1, 2, 3)
 SECTIONS = ("accuracy", "speed", "click", "samples")
 
 
@@ -123,26 +126,38 @@ def adagrad_point(kind, model, ranks, task="r"):
     return best[1]
 
 
+def shown_rmse(values):
+    """'0.9071 +- 0.0008' over seeds, or one value."""
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{np.mean(values):.4f} +- {np.std(values, ddof=1):.4f}"
+
+
 def accuracy(binary):
     print(f"ml-100k u1: test RMSE; MCMC {ITERS} iterations (burn-in {ITERS // 10}), init stdev 0.1; ALS, "
-          f"SGDA and AdaGrad early-stopped on 10% of u1.base")
-    print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<16}{'test RMSE':>10}{'seconds':>9}")
+          f"SGDA and AdaGrad early-stopped on 10% of u1.base; seconds: one run, wall clock, shared machine")
+    print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<16}{'test RMSE':>18}{'seeds':>7}{'seconds':>9}")
+    c0 = ("--dependent-weight", 0)
     rows = [
-        ("fm", "8", "ids", "mcmc", ()), ("fm", "32", "ids", "mcmc", ()),
-        ("rafm", "8,32", "ids", "mcmc", ()), ("difacto", "8,32", "ids", "mcmc", ()),
-        ("fm", "32", "ids+meta", "mcmc", ()), ("rafm", "8,32", "ids+meta", "mcmc", ()),
-        ("fm", "8", "side+meta", "mcmc", ()), ("fm", "32", "side+meta", "mcmc", ()),
-        ("rafm", "8,32", "side+meta", "mcmc", ()),
-        ("fm", "8", "ids", "als", ()), ("fm", "32", "ids", "als", ()), ("rafm", "8,32", "ids", "als", ()),
-        ("fm", "8", "ids", "sgda", ("--learn-rate", 0.01)), ("rafm", "8,32", "ids", "sgda", ("--learn-rate", 0.01)),
-        ("fm", "8", "ids", "adagrad", None), ("rafm", "8,32", "ids", "adagrad", None),
+        ("fm", "8", "ids", "mcmc", (), SEEDS), ("fm", "32", "ids", "mcmc", (), SEEDS),
+        ("rafm", "8,32", "ids", "mcmc", (), SEEDS), ("rafm", "8,32", "ids", "mcmc c 0", c0, (1,)),
+        ("rafm", "32,128", "ids", "mcmc", (), (1,)), ("rafm", "32,128", "ids", "mcmc c 0", c0, (1,)),
+        ("difacto", "8,32", "ids", "mcmc", (), (1,)),
+        ("fm", "32", "ids+meta", "mcmc", (), (1,)), ("rafm", "8,32", "ids+meta", "mcmc", (), (1,)),
+        ("fm", "8", "side+meta", "mcmc", (), (1,)), ("fm", "32", "side+meta", "mcmc", (), SEEDS),
+        ("rafm", "8,32", "side+meta", "mcmc", (), SEEDS),
+        ("fm", "8", "ids", "als", (), (1,)), ("fm", "32", "ids", "als", (), (1,)),
+        ("rafm", "8,32", "ids", "als", (), (1,)),
+        ("fm", "8", "ids", "sgda", ("--learn-rate", 0.01), (1,)),
+        ("rafm", "8,32", "ids", "sgda", ("--learn-rate", 0.01), (1,)),
+        ("fm", "8", "ids", "adagrad", None, (1,)), ("rafm", "8,32", "ids", "adagrad", None, (1,)),
     ]
-    for model, ranks, data, method, extra in rows:
+    for model, ranks, data, method, extra, seeds in rows:
         kind = data.split("+")[0]
-        args = ["--model", model, "--ranks", ranks, "--method", method]
+        args = ["--model", model, "--ranks", ranks, "--method", method.split()[0]]
         if "meta" in data:
             args += ["--meta", files(kind)["meta"]]
-        if method == "mcmc":
+        if method.startswith("mcmc"):
             args += ["--iter", ITERS]
         elif method == "adagrad":
             point = adagrad_point(kind, model, tuple(map(int, ranks.split(","))))
@@ -150,25 +165,31 @@ def accuracy(binary):
             method = f"adagrad lr {point['learn_rate']:g}"
         else:
             args += ["--iter", 300]
-        predictions, seconds = rafm(kind, *args, *extra)
-        print(f"{'rafm':<6}{model + ' ' + ranks:<16}{data:<11}{method:<16}{rmse(kind, predictions):>10.4f}"
+        scores = []
+        for seed in seeds:
+            predictions, seconds = rafm(kind, *args, *extra, seed=seed)
+            scores.append(rmse(kind, predictions))
+        print(f"{'rafm':<6}{model + ' ' + ranks:<16}{data:<11}{method:<16}{shown_rmse(scores):>18}{len(seeds):>7}"
               f"{seconds:>9.1f}", flush=True)
     if not binary:
         return
     split = holdout_files("ids")
-    for dim, data, method, extra in (
-            (8, "ids", "mcmc", ()), (32, "ids", "mcmc", ()), (8, "side+meta", "mcmc", ()),
-            (32, "side+meta", "mcmc", ()), (8, "ids", "als", ("-regular", "0,10,10")),
-            (32, "ids", "als", ("-regular", "0,10,10")),
-            (8, "ids", "sgda", ("-learn_rate", 0.01, "-validation", split["valid"]))):
+    for dim, data, method, extra, seeds in (
+            (8, "ids", "mcmc", (), SEEDS), (32, "ids", "mcmc", (), SEEDS), (8, "side+meta", "mcmc", (), (1,)),
+            (32, "side+meta", "mcmc", (), SEEDS), (8, "ids", "als", ("-regular", "0,10,10"), (1,)),
+            (32, "ids", "als", ("-regular", "0,10,10"), (1,)),
+            (8, "ids", "sgda", ("-learn_rate", 0.01, "-validation", split["valid"]), (1,))):
         kind = data.split("+")[0]
         args = ["-dim", f"1,1,{dim}", "-method", method, "-init_stdev", 0.1,
                 "-iter", ITERS if method == "mcmc" else 100]
         if "meta" in data:
             args += ["-meta", files(kind)["meta"]]
         train = split["train"] if method == "sgda" else None  # SGDA learns its regularisation on the rest
-        predictions, seconds = libfm(binary, kind, *args, *extra, train=train)
-        print(f"{'libFM':<6}{'fm ' + str(dim):<16}{data:<11}{method:<16}{rmse(kind, predictions):>10.4f}"
+        scores = []
+        for seed in seeds:
+            predictions, seconds = libfm(binary, kind, *args, *extra, "-seed", seed, train=train)
+            scores.append(rmse(kind, predictions))
+        print(f"{'libFM':<6}{'fm ' + str(dim):<16}{data:<11}{method:<16}{shown_rmse(scores):>18}{len(seeds):>7}"
               f"{seconds:>9.1f}", flush=True)
 
 

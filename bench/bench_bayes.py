@@ -194,31 +194,39 @@ def accuracy(binary):
 
 
 def per_iteration(command, iters):
-    """Seconds per iteration of ``command`` (a list with ITER in it): (T(iters) - T(1)) / (iters - 1)."""
+    """Wall and CPU seconds per iteration of ``command`` (a list with ITER in it): (T(iters) - T(1)) /
+    (iters - 1). CPU time (user + system of the child) hardly moves when others share the cores."""
     def timed(n):
+        before = os.times()
         start = time.perf_counter()
         subprocess.run([str(n) if a == "ITER" else a for a in command], check=True, stdout=subprocess.DEVNULL)
-        return time.perf_counter() - start
+        after = os.times()
+        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        return np.array([time.perf_counter() - start, cpu])
     return (timed(iters) - timed(1)) / (iters - 1)
 
 
 def speed(binary):
     paths = files("ids")
-    print(f"MCMC seconds per iteration (test predicted every iteration), ml-100k u1 ids, "
+    print(f"Seconds per iteration (test predicted every iteration), ml-100k u1 ids, FM, "
           f"(T({ITERS}) - T(1)) / {ITERS - 1} in fresh processes; the machine was shared")
-    print(f"{'rank':>5}{'rafm 1 thread':>15}{'rafm 2 threads':>16}{'libFM':>10}")
-    for dim in (8, 32):
+    print("wall clock ms (CPU ms: user + system of the process, all threads)")
+    print(f"{'method':<7}{'rank':>5}{'rafm 1 thread':>22}{'rafm 2 threads':>22}{'libFM':>22}")
+    for method, dim in (("mcmc", 8), ("mcmc", 32), ("als", 32)):
+        extra = ["--burn-in", "0"] if method == "mcmc" else ["--holdout", "0"]
         base = [sys.executable, "-m", "rafmcli", "train", "--task", "r", "--train", paths["train"], "--test",
-                paths["test"], "--out", os.devnull, "--model", "fm", "--dim", str(dim), "--method", "mcmc",
-                "--iter", "ITER", "--burn-in", "0", "--quiet"]
+                paths["test"], "--out", os.devnull, "--model", "fm", "--dim", str(dim), "--method", method,
+                "--iter", "ITER", "--quiet", *extra]
         subprocess.run([a.replace("ITER", "2") for a in base], check=True)  # compile once
         one = per_iteration(base + ["--threads", "1"], ITERS)
         two = per_iteration(base + ["--threads", "2"], ITERS)
-        lib = float("nan")
+        lib = np.full(2, np.nan)
         if binary:
             lib = per_iteration([binary, "-task", "r", "-train", paths["train"], "-test", paths["test"], "-dim",
-                                 f"1,1,{dim}", "-method", "mcmc", "-init_stdev", "0.1", "-iter", "ITER"], ITERS)
-        print(f"{dim:>5}{one * 1000:>12.1f} ms{two * 1000:>13.1f} ms{lib * 1000:>7.1f} ms", flush=True)
+                                 f"1,1,{dim}", "-method", method, "-init_stdev", "0.1", "-iter", "ITER",
+                                 *(["-regular", "0,10,10"] if method == "als" else [])], ITERS)
+        shown = "".join(f"{t[0] * 1000:>10.1f} ({t[1] * 1000:6.1f} CPU)" for t in (one, two, lib))
+        print(f"{method:<7}{dim:>5}{shown}", flush=True)
 
 
 def click_task(binary):

@@ -20,11 +20,11 @@ Layout of a sweep (libFM's one coordinate loop over the transposed data):
 for each level and block of BLOCK coordinates, S and T of the block are
 summed per row (CSR, parallel over rows); then every feature of F_l updates
 its BLOCK coordinates one after another. A feature's h_b do not change while
-its own coordinates move, so one pass over its rows gathers the Gram matrix
-G = Sum h h^T and c = Sum e h, each coordinate's Sum (e + theta h) h is
-c_b - Sum_{b'<b} d_b' G_b'b + theta_b G_bb (e already moved by the earlier
-coordinates), and a second pass updates the caches: two passes over the rows
-per block instead of two per coordinate, the exact coordinate-wise sampler.
+its own coordinates move, so one pass over its rows gathers its h_b and e
+into contiguous per-thread buffers, each coordinate then moves on those (e in
+the buffer follows every move), and a second pass writes e, S and T back: two
+scattered passes over the rows per block instead of two per coordinate, the
+exact coordinate-wise sampler.
 
 RaFM's dependent vectors v_i^(l), l < k_i, pair i only with features of top
 level l, so the rows alone say little about them. As Algorithm 1 fits them

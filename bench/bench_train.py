@@ -9,11 +9,13 @@ validation. A run's figure is its median epoch after the first (which
 includes compilation when the cache is cold). Each configuration runs in
 ``--repeats`` fresh processes, because on a shared virtual machine speed
 varies more between processes (where memory lands) than between epochs; the
-table gives the median run and the slowest and fastest.
+table gives the median run and the slowest and fastest, and the largest peak
+resident memory of the runs (the whole process: data, model, optimizer state).
 """
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -45,6 +47,17 @@ def data_file(rows):
     return path
 
 
+def child(cmd):
+    """(stdout, peak resident MB) of the process ``cmd``."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed")
+    return out, usage.ru_maxrss / 1024
+
+
 def run_config(path, index, epochs):
     """Train configuration ``index`` in this process: (median epoch seconds, parameters)."""
     import numba
@@ -72,6 +85,7 @@ def main(rows, epochs, repeats, index):
     if index is not None:
         print(json.dumps(run_config(path, index, epochs)))
         return
+    print("$ python bench/bench_train.py " + shlex.join(sys.argv[1:]))
 
     from rafmcli.io.reader import read_dataset
     from rafmcli.levels import assign_levels, summarize
@@ -83,19 +97,19 @@ def main(rows, epochs, repeats, index):
           f"n(F_1) = {summary.occupancy[0]:.1f}, n(F_2) = {summary.occupancy[1]:.1f}")
     print(f"{epochs} epochs a run, {repeats} runs; rows/s of the median run (slowest - fastest)")
     print(f"{'model':<26}{'threads':>8}{'rows/s':>12}{'range':>24}{'epoch s':>9}{'params':>14}"
-          f"{'MB':>9}")
+          f"{'MB':>9}{'peak MB':>9}")
     for i, (name, _, _, _, threads) in enumerate(CONFIGS):
-        runs = []
+        runs, peak = [], 0.0
         for _ in range(repeats):
-            out = subprocess.run([sys.executable, __file__, "--rows", str(rows), "--epochs",
-                                  str(epochs), "--config", str(i)],
-                                 check=True, capture_output=True, text=True).stdout
+            out, rss = child([sys.executable, __file__, "--rows", str(rows), "--epochs", str(epochs),
+                              "--config", str(i)])
             runs.append(json.loads(out.splitlines()[-1]))
+            peak = max(peak, rss)
         seconds = sorted(r[0] for r in runs)
         epoch, n_params = float(np.median(seconds)), runs[0][1]
         spread = f"{rows / seconds[-1]:,.0f} - {rows / seconds[0]:,.0f}"
         print(f"{name:<26}{threads:>8}{rows / epoch:>12,.0f}{spread:>24}{epoch:>9.2f}"
-              f"{n_params:>14,}{4 * n_params / 1e6:>9.1f}")
+              f"{n_params:>14,}{4 * n_params / 1e6:>9.1f}{peak:>9.0f}")
         sys.stdout.flush()
 
 

@@ -31,7 +31,7 @@ arguments (numba freezes globals).
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from rafmcli.kernels.forward import (
     FAST,
@@ -203,7 +203,7 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
 
 
 def _make_trainers(method):
-    """Serial and Hogwild epoch kernels with the optimizer ``method`` fixed.
+    """The serial epoch kernel with the optimizer ``method`` fixed.
 
     The method is a compile-time constant, so the other optimizers' loops are
     pruned: with all of them in one function LLVM vectorised none (SGD ran at
@@ -305,18 +305,7 @@ def _make_trainers(method):
         return train_rows(order, 0, order.shape[0], step0, data, model, state, hyper, reg_v,
                           task, nested, variant)
 
-    @njit(cache=True, error_model="numpy", parallel=True)
-    def hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant):
-        n = order.shape[0]
-        losses = np.zeros(n_threads)
-        for t in prange(n_threads):
-            lo = t * n // n_threads
-            hi = (t + 1) * n // n_threads
-            losses[t] = train_rows(order, lo, hi, step0 + lo, data, model, state, hyper, reg_v,
-                                   task, nested, variant)
-        return losses.sum()
-
-    return serial, hogwild
+    return serial
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
@@ -328,11 +317,14 @@ def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, va
     Each row: forward (Theorem 3), then bias, linear and factor steps; row
     ``order[lo]`` counts as optimizer step ``step0 + 1`` (Adam's bias correction).
     """
-    return _TRAINERS[method][0](order, step0, data, model, state, hyper, reg_v, task, nested, variant)
+    return _TRAINERS[method](order, step0, data, model, state, hyper, reg_v, task, nested, variant)
 
 
 def train_epoch_hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
                         variant, method):
-    """One pass with ``n_threads`` lock-free workers, each on its own slice of ``order``."""
-    return _TRAINERS[method][1](order, n_threads, step0, data, model, state, hyper, reg_v, task,
-                                nested, variant)
+    """One pass with ``n_threads`` lock-free workers, each on its own slice of ``order``
+    (:mod:`rafmcli.kernels.hogwild`: replicas of the hot features)."""
+    from rafmcli.kernels import hogwild
+
+    return hogwild.train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
+                               variant, method)

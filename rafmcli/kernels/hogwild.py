@@ -1,0 +1,417 @@
+"""Hogwild training on several threads with per-thread replicas of the hot features.
+
+Lock-free threads (Hogwild) scale when rows touch mostly different parameters.
+On a small vocabulary every row touches the same few hundred hot feature rows,
+and two threads writing them move their cache lines between cores on nearly
+every step (two threads ran twice as slowly as one). Here each worker steps the
+hot features' parameters, their optimizer state and the bias in a private
+replica, and every MERGE_ROWS rows adds its change since the last merge
+(replica - base) to the shared model and takes the sum back (:func:`merge_replica`):
+Hogwild's delayed updates, batched. Cold features are stepped in place, as in
+kernels.sgd, whose row loop this repeats with replica-aware forward kernels
+(one loop with run-time replica tests cost a third of single-thread speed), and
+forward.py's row kernels with the replica's reads.
+"""
+
+import numpy as np
+from numba import njit
+
+from rafmcli.kernels.forward import FAST, LINE_FLOATS, prefetch, row_start, sigmoid, top_level
+from rafmcli.kernels.sgd import (
+    ADAGRAD,
+    ADAM,
+    AUTHORS,
+    CHUNK_ROWS,
+    GRADIENT,
+    H_BETA1,
+    H_BETA2,
+    H_BIAS_ON,
+    H_DEP_WEIGHT,
+    H_EPS,
+    H_LINEAR_ON,
+    H_LR,
+    H_LR_DEP,
+    H_REG0,
+    H_REG1,
+    H_YMAX,
+    H_YMIN,
+    PAPER,
+    PREFETCH_AHEAD,
+    SGD,
+    TASK_REGRESSION,
+    _step,
+    _step_factors,
+    gather_rows,
+)
+
+HOT_SAMPLE = 4096  # rows whose features decide which are hot
+HOT_SHARE = 1 / 128  # a hot feature is in at least this share of them
+MAX_HOT = 4096  # at most this many hot features
+MERGE_ROWS = 1024  # rows between a worker's merges
+
+
+@njit(cache=True, error_model="numpy")
+def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, hot):
+    """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
+    in the worker's replica, already in cache."""
+    m = widths.shape[0]
+    for k in range(a, b):
+        i = indices[k]
+        if hot[i] >= 0:
+            continue
+        prefetch(w, i)
+        for l in range(top_level(lev, i, m) + 1):
+            start = row_start(offsets, widths, l, i)
+            stop = start + np.uint64(widths[l])
+            line = start - start % LINE_FLOATS
+            while line < stop:
+                prefetch(V, line)
+                if accV1.shape[0]:
+                    prefetch(accV1, line)
+                line += LINE_FLOATS
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B, hot,
+                    hot_stride, Vh):
+    """forward.row_forward where a hot feature (slot s = hot[i] >= 0) reads v_i^(l) from the
+    worker's replica ``Vh`` at s * hot_stride + soff[l]."""
+    m = widths.shape[0]
+    has_values = values.shape[0] > 0
+    filled = -1
+    for k in range(a, b):
+        i = indices[k]
+        x = values[k] if has_values else np.float32(1.0)
+        top = top_level(lev, i, m)
+        while filled < top:
+            filled += 1
+            for f in range(np.uint64(soff[filled]), np.uint64(soff[filled + 1])):
+                S[f] = 0.0
+                T[f] = 0.0
+            Q[filled] = 0.0
+            R[filled] = 0.0
+        s = hot[i]
+        for l in range(top + 1):
+            so = np.uint64(soff[l])
+            q = np.float32(0.0)
+            if s >= 0:
+                start = np.uint64(s) * np.uint64(hot_stride) + so
+                if nested and l < top:
+                    for f in range(np.uint64(widths[l])):
+                        vx = Vh[start + f] * x
+                        S[so + f] += vx
+                        T[so + f] += vx
+                        q += vx * vx
+                    R[l] += q
+                else:
+                    for f in range(np.uint64(widths[l])):
+                        vx = Vh[start + f] * x
+                        S[so + f] += vx
+                        q += vx * vx
+            else:
+                start = row_start(offsets, widths, l, i)
+                if nested and l < top:
+                    for f in range(np.uint64(widths[l])):
+                        vx = V[start + f] * x
+                        S[so + f] += vx
+                        T[so + f] += vx
+                        q += vx * vx
+                    R[l] += q
+                else:
+                    for f in range(np.uint64(widths[l])):
+                        vx = V[start + f] * x
+                        S[so + f] += vx
+                        q += vx * vx
+            Q[l] += q
+    total = 0.0
+    for l in range(filled + 1):
+        ss = np.float32(0.0)
+        for f in range(np.uint64(soff[l]), np.uint64(soff[l + 1])):
+            ss += S[f] * S[f]
+        total += 0.5 * (ss - Q[l])
+        if nested and l > 0:
+            tt = np.float32(0.0)
+            for f in range(np.uint64(soff[l - 1]), np.uint64(soff[l])):
+                tt += T[f] * T[f]
+            total -= 0.5 * (tt - R[l - 1])
+        B[l] = total
+    for l in range(filled + 1, m):
+        B[l] = total
+    return total, filled
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def linear_part_hot(a, b, indices, values, w, hot, wh):
+    """Sum_i w_i x_i over one row, hot features' weights from the replica ``wh``."""
+    has_values = values.shape[0] > 0
+    s = 0.0
+    for k in range(a, b):
+        i = indices[k]
+        wi = wh[hot[i]] if hot[i] >= 0 else w[i]
+        s += wi * (values[k] if has_values else 1.0)
+    return s
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _merge(shared, g, local, base, h, width):
+    """Add a replica's change since the last merge (local - base) to ``shared``; both copies
+    then hold the sum (exactly ``local`` when no other worker changed the entry; Hogwild: a
+    concurrent merge of the same entry may be lost)."""
+    for f in range(width):
+        s, b = shared[g + f], base[h + f]
+        v = local[h + f] if s == b else s + (local[h + f] - b)
+        shared[g + f] = v
+        local[h + f] = v
+        base[h + f] = v
+
+
+@njit(cache=True, error_model="numpy")
+def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, state, replica):
+    """Merge the replicas of ``slots[:n_slots]`` (and the bias) into the shared model."""
+    V, w, w0 = model[3], model[4], model[5]
+    accV1, accV2, accw1, accw2, acc0 = state
+    Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b = replica
+    m = widths.shape[0]
+    stride = soff[m]
+    for k in range(n_slots):
+        s = slots[k]
+        i = hot_ids[s]
+        for l in range(top_level(lev, i, m) + 1):
+            g = row_start(offsets, widths, l, i)
+            h = np.uint64(s) * np.uint64(stride) + np.uint64(soff[l])
+            width = np.uint64(widths[l])
+            _merge(V, g, Vh, Vb, h, width)
+            if accV1.shape[0]:
+                _merge(accV1, g, A1h, A1b, h, width)
+            if accV2.shape[0]:
+                _merge(accV2, g, A2h, A2b, h, width)
+        _merge(w, i, wh, wb, s, 1)
+        if accw1.shape[0]:
+            _merge(accw1, i, aw1h, aw1b, s, 1)
+        if accw2.shape[0]:
+            _merge(accw2, i, aw2h, aw2b, s, 1)
+    _merge(w0, 0, w0h, w0b, 0, 1)
+    _merge(acc0, 0, a0h, a0b, 0, 2)
+
+
+@njit(cache=True, error_model="numpy")
+def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
+    """A thread's private copies (and their values at the last merge) of the hot features'
+    parameters and optimizer state, and of the bias, filled from the shared model."""
+    V, w = model[3], model[4]
+    accV1, accV2, accw1, accw2 = state[0], state[1], state[2], state[3]
+    n, stride = hot_ids.shape[0], soff[widths.shape[0]]
+
+    nv, n1, n2 = n * stride, n * stride if accV1.shape[0] else 0, n * stride if accV2.shape[0] else 0
+    Vh, Vb = np.zeros(nv, dtype=V.dtype), np.zeros(nv, dtype=V.dtype)
+    A1h, A1b = np.zeros(n1, dtype=V.dtype), np.zeros(n1, dtype=V.dtype)
+    A2h, A2b = np.zeros(n2, dtype=V.dtype), np.zeros(n2, dtype=V.dtype)
+    nw1, nw2 = n if accw1.shape[0] else 0, n if accw2.shape[0] else 0
+    wh, wb = np.zeros(n, dtype=w.dtype), np.zeros(n, dtype=w.dtype)
+    aw1h, aw1b = np.zeros(nw1, dtype=w.dtype), np.zeros(nw1, dtype=w.dtype)
+    aw2h, aw2b = np.zeros(nw2, dtype=w.dtype), np.zeros(nw2, dtype=w.dtype)
+    w0h, w0b = np.zeros(1), np.zeros(1)
+    a0h, a0b = np.zeros(2), np.zeros(2)
+    replica = (Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b)
+    merge_replica(np.arange(n), n, hot_ids, lev, widths, offsets, soff, model, state, replica)  # zero deltas: a copy
+    return replica
+
+
+@njit(cache=True, error_model="numpy")
+def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max_hot):
+    """(slot of each feature or -1, features by slot): the features in at least ``min_share``
+    of the first ``sample_rows`` rows of ``order`` (at most ``max_hot``, most frequent first)."""
+    counts = np.zeros(n_features, dtype=np.int32)
+    n = min(sample_rows, order.shape[0])
+    for j in range(n):
+        r = order[j]
+        for k in range(indptr[r], indptr[r + 1]):
+            counts[indices[k]] += 1
+    need = max(1, int(np.ceil(min_share * n)))
+    ids = np.nonzero(counts >= need)[0]
+    ids = ids[np.argsort(-counts[ids], kind="mergesort")][:max_hot].astype(np.int32)
+    slot = np.full(n_features, -1, dtype=np.int32)
+    for s in range(ids.shape[0]):
+        slot[ids[s]] = s
+    return slot, ids
+
+
+def _make_trainer(method):
+    """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
+    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+    def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
+                   hot_ids, merge_rows):
+        """Visit rows order[lo:hi], updating the model after each; return the summed loss.
+
+        With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
+        by slot), the hot features' parameters and the bias are stepped in a private replica
+        merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`).
+        """
+        indptr, indices, values, labels = data
+        lev, widths, offsets, V, w, w0 = model
+        accV1, accV2, accw1, accw2, acc0 = state
+        m = widths.shape[0]
+        has_values = values.shape[0] > 0
+        soff = np.zeros(m + 1, dtype=np.int64)
+        for l in range(m):
+            soff[l + 1] = soff[l] + widths[l]
+        S = np.empty(soff[m], dtype=np.float32)
+        T = np.empty(soff[m], dtype=np.float32)
+        Q = np.empty(m)
+        R = np.empty(m)
+        B = np.empty(m)
+        a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
+        a_dep = np.zeros(m)    # the same for a dependent level l < k_i
+        b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
+        d = np.zeros(m)        # L'(B_{1,p}, B_{1,p+1}), p = 0..m-2
+        beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
+        lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
+        dep_weight = hyper[H_DEP_WEIGHT]
+        longest = 0
+        for r in range(indptr.shape[0] - 1):
+            longest = max(longest, indptr[r + 1] - indptr[r])
+        ptr = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
+        idx = np.empty(CHUNK_ROWS * longest, dtype=indices.dtype)
+        val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
+        lab = np.empty(CHUNK_ROWS)
+        stride = soff[m]
+        replica = new_replica(hot_ids, lev, widths, offsets, soff, model, state)
+        Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]
+        W0, A0 = replica[12], replica[14]
+        dirty = np.zeros(hot_ids.shape[0], dtype=np.bool_)
+        touched = np.empty(hot_ids.shape[0], dtype=np.int32)
+        n_touched = 0
+        loss = 0.0
+        for pos in range(lo, hi):
+            if pos > lo and (pos - lo) % merge_rows == 0:
+                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+                for k in range(n_touched):
+                    dirty[touched[k]] = False
+                n_touched = 0
+            j = (pos - lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
+            if pos + PREFETCH_AHEAD < stop:
+                ahead = j + PREFETCH_AHEAD
+                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, hot)
+            a, b = ptr[j], ptr[j + 1]
+            lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
+            pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
+                                            Q, R, B, hot, stride, Vh)
+            y_hat = lin + pair
+            if task == TASK_REGRESSION:
+                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
+                g = y_hat - lab[j]
+                loss += g * g
+            else:
+                y = 1.0 if lab[j] > 0 else -1.0
+                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
+                e = np.exp(-abs(z))
+                loss += max(z, 0.0) + np.log1p(e)
+                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
+            lr_step = lr
+            lr_dep = lr_dep_base
+            if method == ADAM:
+                t = step0 + pos + 1
+                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+                lr_step = lr * corr
+                lr_dep = lr_dep_base * corr
+            # gradient coefficients (module notes); a row has no level above row_top,
+            # so d_p = 0 for p >= row_top
+            g_lin = g
+            for p in range(m):
+                a_free[p] = g
+            if nested and row_top > 0:
+                for p in range(row_top):
+                    if task == TASK_REGRESSION:
+                        d[p] = B[p] - B[p + 1]
+                    else:
+                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
+                if variant == PAPER:
+                    for p in range(row_top):
+                        a_dep[p] = d[p]
+                        b_dep[p] = 0.0
+                elif variant == AUTHORS:
+                    lr_dep = lr_step
+                    for p in range(row_top):
+                        a_dep[p] = dep_weight * d[p]
+                        b_dep[p] = g
+                        g_lin += dep_weight * d[p]
+                else:
+                    lr_dep = lr_step
+                    tail = 0.0  # Sum_{q >= p} d[q]
+                    for p in range(row_top, -1, -1):
+                        a_free[p] = g + dep_weight * tail
+                        if p < row_top:
+                            a_dep[p] = dep_weight * d[p]
+                            b_dep[p] = g + dep_weight * (tail - d[p])
+                        if p > 0:
+                            tail += d[p - 1]
+            # bias and linear weights
+            _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
+                  method, beta1, beta2, eps)
+            lr_linear = lr_step * hyper[H_LINEAR_ON]
+            for k in range(a, b):
+                i = idx[k]
+                x = val[k] if has_values else np.float32(1.0)
+                top = top_level(lev, i, m)
+                hs = hot[i]
+                if hs >= 0:
+                    if not dirty[hs]:
+                        dirty[hs] = True
+                        touched[n_touched] = hs
+                        n_touched += 1
+                    _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
+                          beta1, beta2, eps)
+                else:
+                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                          beta1, beta2, eps)
+                for l in range(top + 1):
+                    width = np.uint64(widths[l])
+                    so = np.uint64(soff[l])
+                    # calls on fixed arrays, not on one chosen array (assigning an array costs two
+                    # atomic reference-count operations), and cb = 0 a constant where it is
+                    if hs >= 0:
+                        start = np.uint64(hs) * np.uint64(stride) + so
+                        if nested and l < top:
+                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        else:
+                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
+                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                    else:
+                        start = row_start(offsets, widths, l, i)
+                        if nested and l < top:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        else:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+        merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+        return loss
+
+    return rows_range
+
+
+_WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
+
+
+def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
+                hot_share=HOT_SHARE, merge_rows=MERGE_ROWS):
+    """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
+    each on its own slice of ``order``; returns the summed loss.
+
+    Features in at least ``hot_share`` of this epoch's first HOT_SAMPLE rows are hot
+    (at most MAX_HOT); each worker steps them in its replica, merged every ``merge_rows`` rows
+    (fewer on small data).
+    """
+    from rafmcli.threads import spread
+
+    hot, hot_ids = hot_features(order, HOT_SAMPLE, data[0], data[1], model[4].shape[0], hot_share, MAX_HOT)
+    # at least 16 merges a worker and epoch: on small data, workers would otherwise not see
+    # each other's hot features for much of an epoch
+    merge_rows = max(1, min(merge_rows, order.shape[0] // (16 * n_threads)))
+    losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
+                    task, nested, variant, hot, hot_ids, merge_rows, threads=n_threads)
+    return float(sum(losses))

@@ -186,7 +186,7 @@ def main(which, repeats, epochs, names):
         for name, (train, test, default_epochs) in sets(which).items():
             n_epochs = epochs or default_epochs
             print(f"\n{name}: {n_epochs} epochs + predict; median run (slowest-fastest) of {repeats}")
-            print(f"{'model':<20}{'thr':>4}{'train rows/s':>32}{'wall s':>22}{'peak MB':>18}"
+            print(f"{'model':<20}{'thr':>4}  {'train rows/s':>32}{'wall s':>22}{'peak MB':>18}"
                   f"{'AUC':>26}{'logloss':>26}")
             rows = list(configs)
             if xlearn and name == "fields":
@@ -201,7 +201,7 @@ def main(which, repeats, epochs, names):
                             runs[threads].append(rafm_run(train, test, n_epochs, threads, extra, workdir))
                 for threads in (1, 2):
                     r = np.array(runs[threads])
-                    print(f"{label:<20}{threads:>4}{cell(r[:, 0], lambda x: f'{x:,.0f}'):>32}"
+                    print(f"{label:<20}{threads:>4}  {cell(r[:, 0], lambda x: f'{x:,.0f}'):>32}"
                           f"{cell(r[:, 1], lambda x: f'{x:.2f}'):>22}{cell(r[:, 2], lambda x: f'{x:.0f}'):>18}"
                           f"{cell(r[:, 3], lambda x: f'{x:.4f}'):>26}{cell(r[:, 4], lambda x: f'{x:.4f}'):>26}")
                 if extra is not None:

@@ -136,21 +136,30 @@ def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S,
                     S[so + f] += vx
                     q += vx * vx
             Q[l] += q
+    return pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, filled), filled
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, bo, top):
+    """B[bo + p] = B_{1,p+1} (Theorem 3) from a row's sums S, T (from ``so``) and Q, R
+    (from ``qo``) of levels 0..``top``; the levels above, which the row does not reach,
+    repeat B_{1,top+1}. Returns B_{1,m}."""
+    m = soff.shape[0] - 1
     total = 0.0
-    for l in range(filled + 1):
+    for l in range(top + 1):
         ss = np.float32(0.0)
-        for f in range(np.uint64(soff[l]), np.uint64(soff[l + 1])):
+        for f in range(np.uint64(so + soff[l]), np.uint64(so + soff[l + 1])):
             ss += S[f] * S[f]
-        total += 0.5 * (ss - Q[l])
+        total += 0.5 * (ss - Q[qo + l])
         if nested and l > 0:
             tt = np.float32(0.0)
-            for f in range(np.uint64(soff[l - 1]), np.uint64(soff[l])):
+            for f in range(np.uint64(so + soff[l - 1]), np.uint64(so + soff[l])):
                 tt += T[f] * T[f]
-            total -= 0.5 * (tt - R[l - 1])
-        B[l] = total
-    for l in range(filled + 1, m):
-        B[l] = total
-    return total, filled
+            total -= 0.5 * (tt - R[qo + l - 1])
+        B[bo + l] = total
+    for l in range(top + 1, m):
+        B[bo + l] = total
+    return total
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)

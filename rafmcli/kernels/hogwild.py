@@ -16,7 +16,7 @@ forward.py's row kernels with the replica's reads.
 import numpy as np
 from numba import njit
 
-from rafmcli.kernels.forward import FAST, LINE_FLOATS, prefetch, row_start, sigmoid, top_level
+from rafmcli.kernels.forward import FAST, LINE_FLOATS, pairwise_from_sums, prefetch, row_start, sigmoid, top_level
 from rafmcli.kernels.sgd import (
     ADAGRAD,
     ADAM,
@@ -123,21 +123,7 @@ def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff
                         S[so + f] += vx
                         q += vx * vx
             Q[l] += q
-    total = 0.0
-    for l in range(filled + 1):
-        ss = np.float32(0.0)
-        for f in range(np.uint64(soff[l]), np.uint64(soff[l + 1])):
-            ss += S[f] * S[f]
-        total += 0.5 * (ss - Q[l])
-        if nested and l > 0:
-            tt = np.float32(0.0)
-            for f in range(np.uint64(soff[l - 1]), np.uint64(soff[l])):
-                tt += T[f] * T[f]
-            total -= 0.5 * (tt - R[l - 1])
-        B[l] = total
-    for l in range(filled + 1, m):
-        B[l] = total
-    return total, filled
+    return pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, filled), filled
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)

@@ -33,7 +33,7 @@ compile into a cache named after all sources).
 import numpy as np
 from numba import njit, prange
 
-from rafmcli.kernels.forward import FAST, row_start, top_level
+from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
@@ -93,24 +93,6 @@ def add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, so, Q,
                     q += vx * vx
             Q[qo + l] += q
 
-
-@njit(cache=True, error_model="numpy", fastmath=FAST)
-def pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, bo):
-    """B[bo + p] = B_{1,p+1} from a row's sums (Theorem 3); returns B_{1,m}."""
-    m = soff.shape[0] - 1
-    total = 0.0
-    for l in range(m):
-        ss = np.float32(0.0)
-        for f in range(np.uint64(so + soff[l]), np.uint64(so + soff[l + 1])):
-            ss += S[f] * S[f]
-        total += 0.5 * (ss - Q[qo + l])
-        if nested and l > 0:
-            tt = np.float32(0.0)
-            for f in range(np.uint64(so + soff[l - 1]), np.uint64(so + soff[l])):
-                tt += T[f] * T[f]
-            total -= 0.5 * (tt - R[qo + l - 1])
-        B[bo + l] = total
-    return total
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -241,7 +223,7 @@ def _make_trainers(method):
                 add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
                          S, T, so, Q, R, qo)
                 lin[j] = lin_ctx + linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
-                y[j] = lin[j] + pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, j * m)
+                y[j] = lin[j] + pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, j * m, m - 1)
             for j in range(K + 1):
                 shift[j] = logq[vals[j]] + log_k if nce else 0.0
             loss += row_gradients(y, shift, K, loss_kind, grad)

@@ -18,8 +18,8 @@ Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 import numpy as np
 from numba import njit, prange
 
-from rafmcli.kernels.forward import FAST, row_start, top_level
-from rafmcli.kernels.implicit import add_sums, linear_sum, pairwise_from_sums
+from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
+from rafmcli.kernels.implicit import add_sums, linear_sum
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -35,7 +35,7 @@ def _context(feat, xs, parts, r, skip, lev, widths, offsets, V, w, nested, soff,
             a, b = parts[r, h], parts[r, h + 1]
             add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, 0, Q, R, 0)
             lin += linear_sum(a, b, feat, xs, w)
-    return lin + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0)
+    return lin + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, soff.shape[0] - 2)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -69,7 +69,7 @@ def _alone(a, b, feat, xs, lev, widths, offsets, V, w, nested, soff, S, T, Q, R,
     Q[:] = 0.0
     R[:] = 0.0
     add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, 0, Q, R, 0)
-    return linear_sum(a, b, feat, xs, w) + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0)
+    return linear_sum(a, b, feat, xs, w) + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, soff.shape[0] - 2)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)

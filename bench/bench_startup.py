@@ -9,7 +9,11 @@ and ``rafm train`` of FM and RaFM on a 100-row file (defaults: 10% held out,
 up to 100 epochs with early stopping). Then, in one process, the first
 cached kernel load (numba's own initialisation), and drawing ``--features``
 x 64 float32 factors with the model builder against numpy's float64 normals
-cast to float32 (what rafm did before), with the peak memory of each.
+cast to float32 (what rafm did before), with the peak memory and CPU time of
+each (sys: the kernel faulting fresh pages in; on a virtual machine the host
+may back them only at first touch), and rafm's draws again into the same,
+already touched memory. Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` is
+dropped), as in an installed package.
 ``--baseline DIR`` runs the same with another rafm checkout side by side.
 """
 
@@ -34,9 +38,16 @@ from rafmcli.model import layout
 def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
 n, how = int(sys.argv[1]) * 64, sys.argv[2]
+if how == "rafm":
+    from rafmcli.kernels.random import fill_normal
+    fill_normal(np.empty(1, np.float32), 1.0, 0)  # load the kernel
 base = peak()
-t = time.perf_counter()
+t, (u, s) = time.perf_counter(), cpu()
 rng = np.random.default_rng(1)
 if how == "rafm":
     V = layout.build("fm", "r", (64,), np.arange(int(sys.argv[1])), np.ones(int(sys.argv[1])), 0.01, rng,
@@ -44,7 +55,13 @@ if how == "rafm":
 else:
     V = layout.aligned_zeros(n, np.float32)
     V[:] = rng.normal(0.0, 0.01, n)
-print(json.dumps({"seconds": time.perf_counter() - t, "peak": peak() - base, "bytes": V.nbytes}))
+seconds, (u2, s2) = time.perf_counter() - t, cpu()
+out = {"seconds": seconds, "peak": peak() - base, "user": u2 - u, "sys": s2 - s}
+if how == "rafm":  # the same draws into memory already touched: no page faults
+    t, (u, s) = time.perf_counter(), cpu()
+    fill_normal(V, 0.01, 1)
+    out["redraw"], out["redraw user"] = time.perf_counter() - t, cpu()[0] - u
+print(json.dumps(out))
 """
 
 FIRST_LOAD = r"""
@@ -75,6 +92,7 @@ def main(repeats, features, baseline):
             dst.writelines([line for line in src if not line.startswith("#")][:100])
         for name, tree in trees:
             env = dict(os.environ, PYTHONPATH=tree, RAFM_CACHE_DIR=os.path.join(workdir, name))
+            env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as in an installed package
             rafm = [sys.executable, "-m", "rafmcli"]
             commands = {
                 "python -c pass": [sys.executable, "-c", "pass"],
@@ -100,6 +118,11 @@ def main(repeats, features, baseline):
                                                how.split()[0]], env)[2]) for _ in range(max(1, repeats // 2))]
                     r[f"init {features:,} x 64: {how}"] = ([d["seconds"] for d in inits],
                                                           [d["peak"] for d in inits])
+                    r[f"  CPU user: {how}"] = ([d["user"] for d in inits], None)
+                    r[f"  CPU sys (page faults): {how}"] = ([d["sys"] for d in inits], None)
+                    if how == "rafm":
+                        r["  the draws again (memory touched already)"] = ([d["redraw"] for d in inits], None)
+                        r["  the draws again, CPU user"] = ([d["redraw user"] for d in inits], None)
     print(f"{repeats} fresh processes a figure (inits: {max(1, repeats // 2)}): median (fastest-slowest); "
           f"{os.cpu_count()} cores; kernels cached")
     print(f"{'measure':<46}" + "".join(f"{n + ' s':>24}{'peak MB':>10}" for n, _ in trees))

@@ -12,6 +12,12 @@ import os
 import threading
 
 _POOL = {"size": 0, "executor": None}
+_DEFAULT = {"threads": None}  # spread's thread count when a call gives none (None: every core)
+
+
+def set_default(n):
+    """Make ``spread`` use ``n`` threads when a call does not say (``rafm tune``'s workers: 1)."""
+    _DEFAULT["threads"] = n
 _POOL_LOCK = threading.Lock()
 
 
@@ -37,13 +43,13 @@ def _executor(workers):
 
 def spread(kernel, items, *args, threads=None):
     """``kernel(lo, hi, *args)`` over contiguous ranges covering ``range(items)``,
-    one range per thread (``threads``, default every available core, at most
+    one range per thread (``threads``, default :func:`set_default`'s or every available core, at most
     ``items``); the calling thread runs the first range itself.
 
     ``kernel`` must release the GIL (``nogil=True``) and write only what its
     range owns. Returns the ranges' results in order.
     """
-    n = max(1, min(threads or available_cores(), items))
+    n = max(1, min(threads or _DEFAULT["threads"] or available_cores(), items))
     bounds = [t * items // n for t in range(n + 1)]
     if n == 1:
         return [kernel(0, items, *args)]

@@ -59,6 +59,21 @@ def test_predictions_equal_pair_loop(kind, ranks):
             assert got[r] == pytest.approx(naive_score(model, ids, x), rel=1e-5, abs=1e-5)
 
 
+def test_predictions_the_same_on_any_number_of_threads(monkeypatch):
+    """Rows cut into ranges on threads (small inputs on the calling thread alone): every row
+    predicted once, bit for bit as on one thread."""
+    rng = np.random.default_rng(5)
+    model = random_model("rafm", (2, 5), 40, rng)
+    indptr, indices, values = random_rows(rng, 40, 700)
+    lev, widths, offsets, V, w, w0 = model.kernel_model()
+    args = (indptr, indices, values, lev, widths, offsets, V, w, w0[0], True)
+    one = F.predict_scores(*args, n_threads=1)
+    assert one[0] == pytest.approx(naive_score(model, indices[:indptr[1]], values[:indptr[1]]), rel=1e-5, abs=1e-5)
+    monkeypatch.setattr(F, "SMALL_PREDICTION", 0)
+    for n_threads in (2, 3):
+        np.testing.assert_array_equal(F.predict_scores(*args, n_threads=n_threads), one)
+
+
 @pytest.mark.parametrize("kind", ["rafm", "difacto"])
 @pytest.mark.parametrize("ranks", [(2, 5), (2, 3, 7), (1, 2, 4, 8, 16)])
 def test_truncated_models_equal_capped_pair_loop(kind, ranks):

@@ -22,7 +22,7 @@ Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -171,22 +171,37 @@ def linear_part(a, b, indices, values, w):
     return s
 
 
-@njit(cache=True, error_model="numpy", parallel=True, fastmath=FAST)
-def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested):
-    """Raw scores w0 + Sum w_i x_i + pairwise part for every row (parallel over rows)."""
+SMALL_PREDICTION = 1 << 14  # rows predicted on the calling thread alone (waking threads costs more)
+PREDICTION_CHUNKS = 512  # row ranges a prediction is cut into, spread over the threads
+
+
+def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested, n_threads=None):
+    """Raw scores w0 + Sum w_i x_i + pairwise part for every row: ranges of rows on
+    ``n_threads`` threads (default: every available core; one below SMALL_PREDICTION rows)."""
+    from rafmcli import threads
+
+    n = indptr.shape[0] - 1
+    out = np.empty(n)
+    n_chunks = max(1, min(n, PREDICTION_CHUNKS))
+    threads.spread(_predict_chunks, n_chunks, n_chunks, indptr, indices, values, lev, widths, offsets, V, w,
+                   float(w0), nested, out, threads=1 if n < SMALL_PREDICTION else n_threads)
+    return out
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offsets, V, w, w0, nested, out):
+    """out[r] for the rows of chunks lo..hi-1 of ``n_chunks`` (:func:`predict_scores`)."""
     n = indptr.shape[0] - 1
     m = widths.shape[0]
     soff = np.zeros(m + 1, dtype=np.int64)
     for l in range(m):
         soff[l + 1] = soff[l] + widths[l]
-    out = np.empty(n)
-    n_chunks = min(n, 64 * 8)
-    for c in prange(n_chunks):
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        Q = np.empty(m)
-        R = np.empty(m)
-        B = np.empty(m)
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
+    Q = np.empty(m)
+    R = np.empty(m)
+    B = np.empty(m)
+    for c in range(lo, hi):
         stop = (c + 1) * n // n_chunks
         for r in range(c * n // n_chunks, stop):
             if r + 1 < stop:
@@ -194,4 +209,3 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
             a, b = indptr[r], indptr[r + 1]
             pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
             out[r] = w0 + linear_part(a, b, indices, values, w) + pair
-    return out

@@ -31,7 +31,7 @@ compile into a cache named after all sources).
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
@@ -143,9 +143,13 @@ def sampled_losses(y, shift, loss_kind):
 
 
 def _make_trainers(method):
-    """Serial and Hogwild epoch kernels with the optimizer ``method`` fixed (as kernels/sgd.py)."""
+    """The epoch kernel over a range of positives with the optimizer ``method`` fixed (as kernels/sgd.py).
 
-    @njit(cache=True, error_model="numpy", fastmath=FAST)
+    Callers use it directly: a jitted wrapper closing over it would get a new numba cache key in
+    every process (the key hashes the closure's pickled dispatcher) and compile on every run.
+    """
+
+    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
     def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
                         rng, t, forced):
         """Positives order[lo:hi], each with its K negatives; returns the summed loss.
@@ -297,24 +301,7 @@ def _make_trainers(method):
                                       lr_dep if dependent else lr_step, method, beta1, beta2, eps)
         return loss
 
-    @njit(cache=True, error_model="numpy")
-    def serial(order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, forced):
-        return train_positives(order, 0, order.shape[0], step0, rows, vocab, noise, model, state, hyper,
-                               reg_v, conf, rng, 0, forced)
-
-    @njit(cache=True, error_model="numpy", parallel=True)
-    def hogwild(order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng):
-        n = order.shape[0]
-        losses = np.zeros(n_threads)
-        forced = np.empty((0, 0), dtype=np.int64)
-        for t in prange(n_threads):
-            lo = t * n // n_threads
-            hi = (t + 1) * n // n_threads
-            losses[t] = train_positives(order, lo, hi, step0 + lo, rows, vocab, noise, model, state, hyper,
-                                        reg_v, conf, rng, t, forced)
-        return losses.sum()
-
-    return serial, hogwild
+    return train_positives
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
@@ -324,12 +311,26 @@ NO_FORCING = np.empty((0, 0), dtype=np.int64)
 def train_epoch(order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, method,
                 forced=NO_FORCING):
     """One pass over the positives ``order`` on one thread (stream rng[0]); returns the summed loss."""
-    return _TRAINERS[method][0](order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng,
-                                forced)
+    return _TRAINERS[method](order, 0, order.shape[0], step0, rows, vocab, noise, model, state, hyper,
+                             reg_v, conf, rng, 0, forced)
+
+
+def _workers(t_lo, t_hi, order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng,
+             kernel):
+    """Workers t_lo..t_hi-1 of :func:`train_epoch_hogwild`, worker t on its slice of ``order``."""
+    n, loss = order.shape[0], 0.0
+    for t in range(t_lo, t_hi):
+        lo, hi = t * n // n_threads, (t + 1) * n // n_threads
+        loss += kernel(order, lo, hi, step0 + lo, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, t,
+                       NO_FORCING)
+    return loss
 
 
 def train_epoch_hogwild(order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
                         rng, method):
-    """One pass with ``n_threads`` lock-free workers, worker t drawing from stream rng[t]."""
-    return _TRAINERS[method][1](order, n_threads, step0, rows, vocab, noise, model, state, hyper, reg_v,
-                                conf, rng)
+    """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
+    worker t drawing from stream rng[t]."""
+    from rafmcli.threads import spread
+
+    return float(sum(spread(_workers, n_threads, order, n_threads, step0, rows, vocab, noise, model, state,
+                            hyper, reg_v, conf, rng, _TRAINERS[method], threads=n_threads)))

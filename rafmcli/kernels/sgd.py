@@ -300,12 +300,7 @@ def _make_trainers(method):
                                       x, reg_v[l], lr_step, method, beta1, beta2, eps)
         return loss
 
-    @njit(cache=True, error_model="numpy")
-    def serial(order, step0, data, model, state, hyper, reg_v, task, nested, variant):
-        return train_rows(order, 0, order.shape[0], step0, data, model, state, hyper, reg_v,
-                          task, nested, variant)
-
-    return serial
+    return train_rows
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
@@ -317,7 +312,8 @@ def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, va
     Each row: forward (Theorem 3), then bias, linear and factor steps; row
     ``order[lo]`` counts as optimizer step ``step0 + 1`` (Adam's bias correction).
     """
-    return _TRAINERS[method](order, step0, data, model, state, hyper, reg_v, task, nested, variant)
+    return _TRAINERS[method](order, 0, order.shape[0], step0, data, model, state, hyper, reg_v, task, nested,
+                             variant)
 
 
 def train_epoch_hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,

@@ -130,7 +130,10 @@ def _init_worker(folder):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import numba
 
+    from rafmcli import threads
+
     numba.set_num_threads(1)
+    threads.set_default(1)
     _WORKER["folder"] = folder
     _WORKER["train"] = _load_split(folder, "train", "train")
     _WORKER["valid"] = _load_split(folder, "valid", "validation")

@@ -172,8 +172,8 @@ class _FMEstimator:
     def __init__(self, model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
-                 metric=None, holdout=None, burn_in=None, keep_samples=None, keep_means=None, beta1=None,
-                 beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
+                 metric=None, holdout=None, burn_in=None, keep_samples=None, keep_means=None, auto_groups=None,
+                 beta1=None, beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
         self.model = model
         self.ranks = ranks
         self.method = method
@@ -196,6 +196,7 @@ class _FMEstimator:
         self.burn_in = burn_in
         self.keep_samples = keep_samples
         self.keep_means = keep_means
+        self.auto_groups = auto_groups
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps

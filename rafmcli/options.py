@@ -42,6 +42,7 @@ class Options:
     burn_in: int | None = None   # mcmc; None: iters // 10 (burn_in_default)
     keep_samples: int = 10
     keep_means: bool = True      # mcmc: kept samples are stretch means (False: draws)
+    auto_groups: bool = True     # sgda, als, mcmc without --meta or libFFM fields: groups from the rows (fields.py)
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -83,10 +84,11 @@ METHOD_DEFAULTS = {
 # Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.
 # (als and mcmc take dependent_weight: the weight c of RaFM's distillation term.)
 _SGD_ONLY = ("learn_rate", "dependent_rate", "variant")
+_UNGROUPED = ("burn_in", "keep_samples", "keep_means", "auto_groups")
 METHOD_IGNORES = {
-    "sgd": ("burn_in", "keep_samples", "keep_means"),
-    "adagrad": ("burn_in", "keep_samples", "keep_means"),
-    "adam": ("burn_in", "keep_samples", "keep_means"),
+    "sgd": _UNGROUPED,
+    "adagrad": _UNGROUPED,
+    "adam": _UNGROUPED,
     "als": _SGD_ONLY + ("burn_in", "keep_samples", "keep_means"),
     "mcmc": _SGD_ONLY + ("regular", "early_stop"),
     "sgda": ("dependent_rate", "variant", "dependent_weight", "regular", "burn_in", "keep_samples",

@@ -126,6 +126,8 @@ def test_sgda_learns_and_needs_validation_rows(tmp_path, sample):
                                        "--ranks", "2,8", "--learn-rate", "0.02", "--iter", "30",
                                        "--save-model", str(tmp_path / "m.rafm"), "--quiet"])
     assert result.exit_code == 0, result.output
+    from rafmcli.fields import infer
+    from rafmcli.io.columns import build
     from rafmcli.io.reader import read_dataset
     from rafmcli.metrics import evaluate
     from rafmcli.model import files
@@ -135,5 +137,6 @@ def test_sgda_learns_and_needs_validation_rows(tmp_path, sample):
     valid = read_dataset(sample("regression.validation"))
     assert evaluate("r", valid.labels, predict_dataset(model, valid).values)["rmse"] < 0.9 * valid.labels.std()
     learnt = model.info["training"]["regularisation"]
-    assert len(learnt["linear"]) == 1 and len(learnt["factors_by_level"]) == 2
+    groups = infer(read_dataset(train), build(read_dataset(train))).assignment.n_groups  # no --meta: inferred
+    assert groups > 1 and len(learnt["linear"]) == groups and len(learnt["factors_by_level"]) == 2
     assert max(learnt["linear"] + sum(learnt["factors_by_level"], [])) > 0

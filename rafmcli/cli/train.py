@@ -107,6 +107,8 @@ def check_method_options(ctx, method):
                            "parameter on the model's loss",
                    "als": "ALS takes each coordinate's exact minimiser and keeps one model"}.get(
                 method, "--burn-in, --keep-samples and --keep-means/--keep-draws are for --method mcmc")
+            if name == "auto_groups":
+                why = "feature groups shape the priors and L2 weights of sgda, als and mcmc only"
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
 
 
@@ -214,6 +216,11 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "the file form one more group): als and mcmc give each group its own priors and L2 "
                    "weights (--regular per group); implicit data resamples negatives by group. A libFFM "
                    "training file (field:index:value) gives its fields as the groups; --meta overrides them.")
+@click.option("--auto-groups/--no-auto-groups", default=D.auto_groups, show_default=True,
+              help="Without --meta or libFFM fields, sgda, als and mcmc take the one-hot fields found in the "
+                   "training rows (features that never share a row) as the groups, said on stderr; numeric "
+                   "columns, multi-hot sets and the rest form one more group. --no-auto-groups: one group "
+                   "(libFM without -meta).")
 @click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
 @click.option("--alpha1", type=FiniteFloatRange(0, 10), default=D.alpha1, show_default=True,
@@ -245,7 +252,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
 def train(task, train_file, validation, holdout, test, out, save_model, init_model, dump_model, save_state,
           model_kind, dim, ranks, levels_file, method, burn_in, keep_samples, keep_means, iters, learn_rate,
           dependent_rate, variant, dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop,
-          metric, meta, negatives,
+          metric, meta, auto_groups, negatives,
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
@@ -378,7 +385,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    dependent_weight=dependent_weight, reg_bias=reg_bias, reg_linear=reg_linear,
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
                    seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, metric=metric, burn_in=burn_in,
-                   keep_samples=keep_samples, keep_means=keep_means,
+                   keep_samples=keep_samples, keep_means=keep_means, auto_groups=auto_groups,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
                    eval_group=eval_group, top_k=top_k)

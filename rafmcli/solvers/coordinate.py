@@ -26,8 +26,8 @@ import numpy as np
 
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
+from rafmcli.fields import groups_for
 from rafmcli.io.columns import columns_of
-from rafmcli.io.groups import single_group
 from rafmcli.model.layout import aligned_copy, build
 from rafmcli.options import burn_in_default
 from rafmcli.predict import kernel_rows
@@ -227,8 +227,9 @@ class Problem:
         return m.widths, m.offsets, m.sizes, m.nested, m.V
 
 
-def prepare(data, opts, groups=None, levels_override=None, use_cache=True):
-    """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC and the update schedule."""
+def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=None):
+    """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC, the groups
+    (:func:`rafmcli.fields.groups_for`) and the update schedule."""
     rng = np.random.default_rng(opts.seed)
     levels = feature_levels(data, opts.ranks, levels_override)
     labels = np.asarray(data.labels, dtype=np.float64)
@@ -238,8 +239,8 @@ def prepare(data, opts, groups=None, levels_override=None, use_cache=True):
     if opts.task == "c":
         model.link = "probit"
     order = np.argsort(-np.asarray(levels), kind="stable").astype(np.int32)  # build's renumbering
-    groups = groups if groups is not None else single_group(data.feature_ids.shape[0])
     cols = columns_of(data, use_cache)
+    groups = groups_for(data, opts, groups, echo)
     csc = (cols.indptr, cols.rows, cols.values, order)
     counts = np.asarray(data.counts, dtype=np.float64)[order]
     sched = schedule(model, csc, counts, data.n_rows, opts.threads)
@@ -378,7 +379,8 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
           quiet=False, progress=True, echo=print, use_cache=True):
     """ALS (``opts.method == "als"``) or MCMC (``"mcmc"``) on ``data``; returns a :class:`Result`.
 
-    ``groups``: a GroupAssignment of ``data.feature_ids`` (None: one group).
+    ``groups``: a GroupAssignment of ``data.feature_ids`` (None: inferred from the rows, or one
+    group with ``opts.auto_groups`` off).
     ALS keeps the iteration with the best validation metric and stops early
     like SGD; MCMC runs ``opts.iters`` sweeps and predicts ``validation`` and
     ``test`` with the average over the samples after ``opts.burn_in``.
@@ -394,7 +396,7 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     numba.set_num_threads(1)  # the forward pass: one OpenMP thread (spinning ones would slow the workers)
     workers = Workers(opts.threads)
     try:
-        problem = prepare(data, opts, groups, levels_override, use_cache)
+        problem = prepare(data, opts, groups, levels_override, use_cache, None if quiet else echo)
         return _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K,
                     predict_scores, workers)
     finally:

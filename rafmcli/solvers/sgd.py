@@ -331,7 +331,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
 
     ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
-    ``validation``), with L2 weights per group of ``groups`` (a GroupAssignment).
+    ``validation``), with L2 weights per group of ``groups`` (a GroupAssignment; None: inferred
+    from the rows, :func:`rafmcli.fields.groups_for`).
 
     ``init``: a trained Model to continue from (same task, kind and ranks):
     its features keep their levels and parameters, features new in ``data``
@@ -364,6 +365,10 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             echo(f"rafm: pairwise L2 {opts.reg_factors[0]:g} chosen on validation {run.watch} ({shown}); "
                  f"--regular to fix it")
     else:
+        if opts.method == "sgda":
+            from rafmcli.fields import groups_for
+
+            groups = groups_for(data, opts, groups, None if quiet else echo)
         run = Training(data, opts, validation, levels_override, groups, init)
     return run.run(log, progress, quiet, echo)
 

@@ -16,9 +16,11 @@ and among 100 items drawn uniformly (the same draw for every model), leaving
 out the items the user has in training and validation: HR@10, NDCG@10.
 Models train with AdaGrad, early stopping on validation NDCG@10; the
 learning rate and L2 of each are chosen on validation from a small grid.
-Also printed: how often an item's 10 nearest items (cosine of the level-1
-item vectors) share a genre with it, against random items, and training
-throughput next to explicit training on the same rows.
+Also printed: how often an item's 10 nearest items (cosine of the vectors
+``rafm embed --group 1`` writes: the item with its genres, every level side
+by side; for RaFM also each level alone) share a genre with it, against
+random items, and training throughput next to explicit training on the same
+rows.
 """
 
 import os
@@ -104,37 +106,39 @@ def convert(ids_only=False):
 
 BASE = {"task": "implicit", "method": "adagrad", "iters": 60, "early_stop": 5, "init_stdev": 0.05,
         "eval_group": ITEM_GROUP, "top_k": K}
+LOGISTIC = {"loss": "logistic", "reject_positives": False, "eval_share": 0.0}  # Feat2Vec's own form
 CONFIGS = {
     "fm-uniform": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,), "alpha2": 0.0,
-                   "nce": False},
-    "fm-nce": {"model": "fm", "ranks": (32,)},
-    "fm-item-nce": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,)},
-    "fm-ns": {"model": "fm", "ranks": (32,), "nce": False},
-    "fm-softmax": {"model": "fm", "ranks": (32,), "loss": "softmax", "nce": False},
-    "fm-nce-reject": {"model": "fm", "ranks": (32,), "reject_positives": True},
-    "fm-item-nce-reject": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,),
-                           "reject_positives": True},
-    "rafm-nce": {"model": "rafm", "ranks": (8, 32)},
-    "rafm-ns": {"model": "rafm", "ranks": (8, 32), "nce": False},
-    "rafm-softmax": {"model": "rafm", "ranks": (8, 32), "loss": "softmax", "nce": False},
+                   "nce": False, **LOGISTIC},
+    "fm-default": {"model": "fm", "ranks": (32,)},
+    "fm-no-share": {"model": "fm", "ranks": (32,), "eval_share": 0.0},
+    "fm-feat2vec": {"model": "fm", "ranks": (32,), **LOGISTIC},
+    "fm-feat2vec-reject": {"model": "fm", "ranks": (32,), **LOGISTIC, "reject_positives": True},
+    "fm-item-feat2vec": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,), **LOGISTIC},
+    "fm-ns": {"model": "fm", "ranks": (32,), "nce": False, **LOGISTIC},
+    "fm-softmax-no-nce": {"model": "fm", "ranks": (32,), "nce": False},
+    "rafm-default": {"model": "rafm", "ranks": (8, 32)},
+    "rafm-feat2vec": {"model": "rafm", "ranks": (8, 32), **LOGISTIC},
 }
 GRID = [{"learn_rate": lr, "reg_factors": (reg,)} for lr in (0.05, 0.1) for reg in (0.001, 0.01)]
 LABELS = {
-    "fm-uniform": "FM(32), uniform negative items, no correction",
-    "fm-nce": "FM(32), Feat2Vec negatives, NCE (default)",
-    "fm-item-nce": "FM(32), Feat2Vec negatives of the item group only, NCE",
-    "fm-ns": "FM(32), Feat2Vec negatives, plain negative sampling",
-    "fm-softmax": "FM(32), Feat2Vec negatives, softmax",
-    "fm-nce-reject": "FM(32), Feat2Vec negatives, NCE, --reject-positives",
-    "fm-item-nce-reject": "FM(32), Feat2Vec item negatives only, NCE, --reject-positives",
-    "rafm-nce": "RaFM{8,32}, Feat2Vec negatives, NCE (default)",
-    "rafm-ns": "RaFM{8,32}, Feat2Vec negatives, plain negative sampling",
-    "rafm-softmax": "RaFM{8,32}, Feat2Vec negatives, softmax",
+    "fm-uniform": "FM(32), uniform negative items, plain logistic",
+    "fm-default": "FM(32), defaults: sampled softmax, --reject-positives, --eval-share 0.5",
+    "fm-no-share": "FM(32), defaults but --eval-share 0",
+    "fm-feat2vec": "FM(32), Feat2Vec's form: logistic NCE, --keep-positives, --eval-share 0",
+    "fm-feat2vec-reject": "FM(32), logistic NCE, --reject-positives, --eval-share 0",
+    "fm-item-feat2vec": "FM(32), logistic NCE of the item group only",
+    "fm-ns": "FM(32), logistic without NCE (word2vec), --eval-share 0",
+    "fm-softmax-no-nce": "FM(32), defaults but --no-nce",
+    "rafm-default": "RaFM{8,32}, defaults",
+    "rafm-feat2vec": "RaFM{8,32}, Feat2Vec's form (logistic NCE, --eval-share 0)",
 }
 
 
 def command(name, point, paths):
     """The rafm train command line of a configuration."""
+    from rafmcli.options import DEFAULTS as D
+
     c = {**BASE, **CONFIGS[name], **point}
     args = ["rafm train --task implicit", f"--model {c['model']}",
             f"--dim {c['ranks'][0]}" if c["model"] == "fm" else f"--ranks {','.join(map(str, c['ranks']))}",
@@ -144,12 +148,14 @@ def command(name, point, paths):
         args.append("--negative-groups " + ",".join(map(str, c["negative_groups"])))
     if c.get("alpha2", 0.75) != 0.75:
         args.append(f"--alpha2 {c['alpha2']:g}")
-    if c.get("loss", "logistic") != "logistic":
+    if c.get("loss", D.loss) != D.loss:
         args.append(f"--loss {c['loss']}")
     if not c.get("nce", True):
         args.append("--no-nce")
-    if c.get("reject_positives"):
-        args.append("--reject-positives")
+    if c.get("reject_positives", D.reject_positives) != D.reject_positives:
+        args.append("--reject-positives" if c["reject_positives"] else "--keep-positives")
+    if c.get("eval_share", D.eval_share) != D.eval_share and "negative_groups" not in c:
+        args.append(f"--eval-share {c['eval_share']:g}")
     rel = {k: os.path.relpath(p) for k, p in paths.items()}
     args += [f"--meta {rel['meta']}", f"--train {rel['train']}", f"--validation {rel['validation']}"]
     return " ".join(args)
@@ -200,19 +206,19 @@ def popularity(model, rset):
     return dict(zip(names, hit_ndcg(full[:, 0], full[:, 1], K) + hit_ndcg(sampled[:, 0], sampled[:, 1], K)))
 
 
-def genre_agreement(model, genres, item_of, level=1):
+def genre_agreement(model, genres, item_of, level=None):
     """(share of an item's 10 nearest items sharing a genre with it, the same for random items),
-    on the items that have a vector at ``level``."""
-    from rafmcli.embeddings import level_vectors
+    on the item values of ``rafm embed --group 1 [--level N]`` (an item with its genres: the
+    sum of their vectors; with --ids-only, the item's own vector)."""
+    from rafmcli.embeddings import value_embeddings
 
-    vectors = level_vectors(model, level)
-    rows = np.array([j for j in range(vectors.shape[0]) if int(model.feature_ids[j]) in item_of])
-    items = [item_of[int(model.feature_ids[j])] for j in rows]
+    emb = value_embeddings(model, level, ITEM_GROUP)
+    items = [item_of[int(next(f for f in name.split(",") if int(f) in item_of))] for name in emb.labels]
     g = np.zeros((len(items), 19), bool)
     for n, i in enumerate(items):
         g[n, genres[i]] = True
     share = (g.astype(int) @ g.T.astype(int)) > 0
-    unit = vectors[rows].astype(np.float64)
+    unit = emb.vectors.astype(np.float64)
     unit /= np.maximum(np.linalg.norm(unit, axis=1), 1e-12)[:, None]
     cosine = unit @ unit.T
     np.fill_diagonal(cosine, -np.inf)
@@ -232,7 +238,7 @@ def throughput(data, seed=1):
         opts = Options(task="c", model=model, ranks=ranks, iters=4, holdout=0, seed=seed)
         _, history = train_explicit(data["train"], opts, progress=False, quiet=True)
         explicit = data["train"].n_rows / np.median([h["seconds"] for h in history[1:]])
-        name = f"{model}-nce"
+        name = f"{model}-default"
         _, history = fit(data, name, {"learn_rate": 0.05, "reg_factors": (0.01,), "iters": 4, "early_stop": 0},
                          seed)
         implicit = data["train"].n_rows / np.median([h["seconds"] for h in history[1:]])
@@ -272,8 +278,8 @@ def main(names, seeds, no_speed, ids_only):
             metrics, rset = test_metrics(model, data)
             results.append(metrics)
             if seed == 1:
-                agreement[name] = [genre_agreement(model, genres, item_of, level)
-                                   for level in range(1, len(model.ranks) + 1)]
+                levels = [None] + (list(range(1, len(model.ranks) + 1)) if len(model.ranks) > 1 else [])
+                agreement[name] = [(level, genre_agreement(model, genres, item_of, level)) for level in levels]
                 base_model = base_model or (model, rset)
         rows.append((name, best[1], results, np.mean(secs)))
         print(f"{name}: {results} ({command(name, best[1], paths)})", file=sys.stderr, flush=True)
@@ -290,12 +296,12 @@ def main(names, seeds, no_speed, ids_only):
     print("\nCommands (learning rate and L2 chosen on validation):")
     for name, point, _, _ in rows:
         print(f"  {name}: {command(name, point, paths)}")
-    print("\n| model (vectors of rafm embed --level N) | items whose 10 nearest share a genre "
+    print("\n| model (item vectors of rafm embed --group 1 [--level N]) | items whose 10 nearest share a genre "
           "| random pairs of those items | ratio |")
     print("| --- | --- | --- | --- |")
     for name, levels in agreement.items():
-        for level, (near, rand) in enumerate(levels, 1):
-            shown = LABELS[name] + (f", level {level}" if len(levels) > 1 else "")
+        for level, (near, rand) in levels:
+            shown = LABELS[name] + ("" if len(levels) == 1 else ", all levels" if level is None else f", level {level}")
             print(f"| {shown} | {near:.3f} | {rand:.3f} | {near / rand:.2f} |")
     if not no_speed:
         print("\n| model | explicit rows/s (--task c) | implicit positives/s (5 negatives each) |")

@@ -35,7 +35,7 @@ class NotFittedError(ValueError, AttributeError):
 
 # Options of ``--task implicit`` only (Feat2Vec negative sampling): no regressor or classifier has them.
 IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positives", "negative_groups",
-                 "eval_group", "top_k")
+                 "eval_group", "eval_share", "top_k")
 
 
 def _option_names():

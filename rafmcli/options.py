@@ -50,15 +50,20 @@ class Options:
     negatives: int = 5
     alpha1: float = 0.75
     alpha2: float = 0.75
-    loss: str = "logistic"
+    loss: str = "softmax"         # with nce: sampled softmax, consistent across groups (rafm-train(1))
     nce: bool = True
-    reject_positives: bool = False
+    reject_positives: bool = True
     negative_groups: tuple | None = None
     eval_group: int | None = None
+    eval_share: float = 0.5  # at least this share of the positives resample eval_group
     top_k: int = 10
 
 
 DEFAULTS = Options()
+
+# rafm embed / similar --level: "all" puts each feature's vectors of every level side by side
+# (rafmcli/embeddings.py), comparable across rare and frequent features; N: level N alone.
+EMBED_LEVEL = "all"
 
 # Without --regular (the API: reg_factors=None), rafm train races these pairwise L2 values
 # on its validation rows (solvers/sgd.race_l2: all to L2_RACE_RUNGS[0] epochs, the worst

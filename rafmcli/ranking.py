@@ -173,13 +173,13 @@ def evaluate(model, rows, group=None, k=10, seen=None):
     alpha1, alpha2, groups, loss and seed), and with ``group``, HR@k and NDCG@k
     of its values, leaving out those the ``seen`` rows' values (lookups) hold.
     On the validation file, with its training file as ``seen``, these are the
-    validation metrics of training (unless it rejected positives)."""
-    from rafmcli.model.vocabulary import noise_tables
+    validation metrics of training (whose fixed negatives reject nothing either)."""
+    from rafmcli.model.vocabulary import training_noise
     from rafmcli.options import DEFAULTS
 
-    opts = {**vars(DEFAULTS), **model.info.get("options", {})}
-    groups = opts["negative_groups"]
-    noise = noise_tables(model.vocabulary, opts["alpha1"], opts["alpha2"], tuple(groups) if groups else None)
+    trained = model.info.get("options", {})
+    opts = {**vars(DEFAULTS), **trained, "eval_share": trained.get("eval_share", 0.0)}
+    noise = training_noise(model.vocabulary, opts)
     sampled = fixed_negatives(model.vocabulary, noise, rows, opts["negatives"], 0, opts["seed"] + 1)
     out = sampled_metrics(model, sampled, LOSSES[opts["loss"]], opts["nce"])
     if group is not None:

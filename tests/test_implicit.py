@@ -95,17 +95,24 @@ def counts_vocabulary(counts_per_group):
     return build_vocabulary(csr(rows), np.array(group_of, np.int32), len(counts_per_group))
 
 
-@pytest.mark.parametrize("alpha1,alpha2", [(0.75, 0.75), (0.0, 0.0), (1.0, 0.5)])
-def test_group_and_value_frequencies(alpha1, alpha2):
+@pytest.mark.parametrize("alpha1,alpha2,floor", [(0.75, 0.75, None), (0.0, 0.0, None), (1.0, 0.5, None),
+                                                 (0.75, 0.75, (1, 0.5)), (0.75, 0.75, (2, 0.1))])
+def test_group_and_value_frequencies(alpha1, alpha2, floor):
+    """Groups ~ c^alpha1, or with --eval-share s (``floor`` (g, s)) g at least s, the others
+    scaled alike; values ~ count^alpha2."""
     counts = [[1, 4, 9, 16, 30], [2, 60], [5, 5, 5, 20, 1, 1, 3]]
     vocab, row_values = counts_vocabulary(counts)
-    noise = noise_tables(vocab, alpha1, alpha2)
+    noise = noise_tables(vocab, alpha1, alpha2, floor=floor)
     n, K = 60000, 4
     rows = np.tile(row_values, (n // row_values.shape[0] + 1, 1))[:n]
     groups, vals = draw_negatives(rows, noise.group_ptr, noise.group_prob, noise.group_alias,
                                   noise.value_prob, noise.value_alias, noise.table, 0, K, rng_streams(3, 1))
     c = np.array([len(x) for x in counts], dtype=float)
     p_group = c ** alpha1 / (c ** alpha1).sum()
+    if floor is not None and p_group[floor[0]] < floor[1]:  # (1, 0.5) raises group 1 from 0.16; (2, 0.1) is met
+        rest = np.arange(3) != floor[0]
+        p_group[rest] *= (1 - floor[1]) / p_group[rest].sum()
+        p_group[floor[0]] = floor[1]
     observed = np.bincount(groups, minlength=3)
     assert chi2(observed, n * p_group) < chi2_bound(2)
     assert chi2(observed, n * np.full(3, 1 / 3)) > chi2_bound(2) or alpha1 == 0  # the test has power
@@ -432,29 +439,75 @@ def test_hit_and_ndcg_by_hand():
 
 
 @pytest.mark.parametrize("kind,ranks,level", [("fm", (3,), 1), ("rafm", (2, 4), 1), ("rafm", (2, 4), 2),
-                                              ("difacto", (2, 3, 5), 2)])
+                                              ("difacto", (2, 3, 5), 2), ("rafm", (2, 4), None),
+                                              ("difacto", (2, 3, 5), None)])
 def test_embed_round_trips_through_a_word2vec_reader(tmp_path, kind, ranks, level):
+    """Level N: v^(N) of F_N; no --level (the default, all): every level side by side."""
     from rafmcli.embeddings import embeddings, write_word2vec
     from rafmcli.model import files as model_files
 
     model, _, _ = tiny(kind, ranks, seed=3)
     model_files.save(model, str(tmp_path / "m.rafm"))
     out = tmp_path / "vectors.txt"
-    assert run(["embed", "--model", str(tmp_path / "m.rafm"), "--level", str(level), "--out", str(out)]).exit_code == 0
+    chosen = [] if level is None else ["--level", str(level)]
+    assert run(["embed", "--model", str(tmp_path / "m.rafm"), "--out", str(out)] + chosen).exit_code == 0
     vectors = read_word2vec(out.read_text())
-    width = sum(model.widths[:level]) if kind == "difacto" else ranks[level - 1]
-    features = np.flatnonzero(model.levels >= level)
+    features = np.flatnonzero(model.levels >= (level or 1))
     assert len(vectors) == features.shape[0]
     for j in features:
-        if kind == "difacto":
+        if level is None:
+            want = all_levels(model)[j]
+        elif kind == "difacto":
             want = np.concatenate([model.factors(l)[j] for l in range(1, level + 1)])
         else:
             want = model.factors(level)[j]
-        assert vectors[str(model.feature_ids[j])].shape == (width,)
         assert np.array_equal(vectors[str(model.feature_ids[j])], want)
     with open(tmp_path / "direct.txt", "w") as fh:
         write_word2vec(fh, embeddings(model, level))
     assert (tmp_path / "direct.txt").read_text() == out.read_text()
+
+
+def all_levels(model):
+    """Every feature's vectors of every level side by side, zeros above its own (plain loops)."""
+    out = np.zeros((model.levels.shape[0], int(model.widths.sum())), dtype=np.float32)
+    for j in range(model.levels.shape[0]):
+        col = 0
+        for level in range(1, len(model.ranks) + 1):
+            block = model.factors(level)
+            if j < block.shape[0]:
+                out[j, col:col + block.shape[1]] = block[j]
+            col += block.shape[1]
+    return out
+
+
+def plain_values(model, group):
+    """{name: [(internal feature, x), ...]} of the group's values seen in training, from ROWS
+    (which hold internal ids); a name joins the features' original ids."""
+    found = {}
+    for row in ROWS:
+        value = sorted((i, x) for i, x in row if GROUP_OF[i] == group)
+        if value:
+            found[",".join(str(model.feature_ids[i]) for i, _ in value)] = value
+    return found
+
+
+@pytest.mark.parametrize("kind,ranks", [("fm", (3,)), ("rafm", (2, 4)), ("difacto", (2, 3, 5))])
+def test_embed_group_writes_each_value_as_the_sum_of_its_features(tmp_path, kind, ranks):
+    from rafmcli.model import files as model_files
+
+    model, vocab, _ = tiny(kind, ranks, seed=4)
+    model_files.save(model, str(tmp_path / "m.rafm"))
+    vectors = all_levels(model)
+    for group in range(3):
+        out = tmp_path / f"g{group}.txt"
+        result = run(["embed", "--model", str(tmp_path / "m.rafm"), "--group", str(group), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        got = read_word2vec(out.read_text())
+        want = {name: sum(np.float64(x) * vectors[i] for i, x in value)
+                for name, value in plain_values(model, group).items()}
+        assert sorted(got) == sorted(want)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
 
 
 def test_similar_equals_numpy_cosine(tmp_path):
@@ -462,20 +515,32 @@ def test_similar_equals_numpy_cosine(tmp_path):
 
     model, _, _ = tiny("rafm", (2, 4), seed=5)
     model_files.save(model, str(tmp_path / "m.rafm"))
-    unit = model.factors(1) / np.linalg.norm(model.factors(1), axis=1)[:, None]
-    for query in (0, 4):
-        internal = int(np.flatnonzero(model.feature_ids == query)[0])
-        for args, allowed in ((["--all-groups"], np.ones(8, bool)), ([], GROUP_OF == GROUP_OF[internal]),
-                              (["--group", "2"], GROUP_OF == 2)):
+    vectors = all_levels(model).astype(np.float64)  # by internal id, as ROWS and GROUP_OF
+    for internal in (0, 4, 6):  # 6 is in two values of group 2: it stands for its own vector
+        query = int(model.feature_ids[internal])
+        own = int(GROUP_OF[internal])
+        holding = [sum(x * vectors[i] for i, x in value) for value in plain_values(model, own).values()
+                   if internal in dict(value)]
+        value_name = [name for name, value in plain_values(model, own).items() if internal in dict(value)]
+        for args, searched in ((["--all-groups"], None), ([], own), (["--group", "2"], 2)):
             result = run(["similar", "--model", str(tmp_path / "m.rafm"), "-k", "3", str(query)] + args)
             assert result.exit_code == 0, result.output
             lines = [line.split("\t") for line in result.output.splitlines()]
             assert lines[0] == ["query", "rank", "id", "cosine"]
-            cosine = unit @ unit[internal]
-            candidates = [j for j in range(8) if allowed[j] and j != internal]
-            best = sorted(candidates, key=lambda j: (-cosine[j], model.feature_ids[j]))[:3]
-            assert [int(f[2]) for f in lines[1:]] == [int(model.feature_ids[j]) for j in best]
-            np.testing.assert_allclose([float(f[3]) for f in lines[1:]], cosine[best], rtol=1e-5)
+            if searched is None:
+                candidates = {str(model.feature_ids[j]): vectors[j] for j in range(8) if j != internal}
+                target = vectors[internal]
+            else:
+                candidates = {name: sum(x * vectors[i] for i, x in value)
+                              for name, value in plain_values(model, searched).items()}
+                target = holding[0] if len(holding) == 1 else vectors[internal]
+                if len(holding) == 1 and searched == own:
+                    del candidates[value_name[0]]
+            cosine = {name: float(v @ target / np.linalg.norm(v) / np.linalg.norm(target))
+                      for name, v in candidates.items()}
+            best = sorted(cosine, key=lambda name: -cosine[name])[:3]
+            assert [f[2] for f in lines[1:]] == best
+            np.testing.assert_allclose([float(f[3]) for f in lines[1:]], [cosine[b] for b in best], rtol=1e-5)
 
 
 # ---- the commands ------------------------------------------------------------------------
@@ -514,6 +579,8 @@ def planted(tmp_path_factory):
 
 @pytest.mark.parametrize("model", ["fm", "rafm"])
 def test_training_learns_tastes_and_beats_popularity(planted, tmp_path, model):
+    from rafmcli.model import files as model_files
+
     root, users, items = planted
     args = ["train", "--task", "implicit", "--model", model, "--train", str(root / "train.libfm"),
             "--validation", str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--eval-group", "1",
@@ -522,6 +589,9 @@ def test_training_learns_tastes_and_beats_popularity(planted, tmp_path, model):
     args += ["--dim", "4"] if model == "fm" else ["--ranks", "2,4"]
     result = run(args)
     assert result.exit_code == 0, result.output
+    trained = model_files.load(str(tmp_path / "m.rafm")).info["options"]  # the defaults (rafm-train(1))
+    assert (trained["loss"], trained["nce"], trained["reject_positives"], trained["eval_share"]) == \
+        ("softmax", True, True, 0.5)
     log = np.genfromtxt(tmp_path / "log.tsv", names=True, delimiter="\t")
     # popularity (taste-0 items first) hits the taste only for a fifth of users: HR@5 about 0.2
     assert log["hr5"].max() > 0.5 and log["auc"].max() > 0.7

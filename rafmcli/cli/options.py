@@ -97,6 +97,24 @@ class GroupListType(click.ParamType):
 
 
 GROUP_LIST = GroupListType()
+
+
+class LevelType(click.ParamType):
+    """A RaFM/DiFacto level of rafm embed/similar: a positive integer, or ``all`` (None)."""
+
+    name = "N|all"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "all":
+            return None
+        if not str(value).strip().isdigit() or int(value) < 1:
+            self.fail(f"expected a level 1, 2, ... or all ({value})", param, ctx)
+        return int(value)
+
+
+LEVEL = LevelType()
 INPUT = click.Path(dir_okay=False, allow_dash=True)
 
 

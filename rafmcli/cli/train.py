@@ -230,18 +230,23 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
               help="Implicit: a group's new value is drawn with probability proportional to its "
                    "training count^alpha2 (0: uniform).")
 @click.option("--loss", type=click.Choice(["logistic", "softmax"]), default=D.loss, show_default=True,
-              help="Implicit: logistic (each row against noise) or softmax (the positive against "
-                   "its negatives, LSE(0, y_k - y_0, ...)).")
+              help="Implicit: softmax (the positive against its negatives, LSE(0, y_k - y_0, ...); with "
+                   "--nce, sampled softmax: consistent across groups, see rafm-train(1)) or logistic "
+                   "(each row against noise, Feat2Vec's form).")
 @click.option("--nce/--no-nce", default=D.nce, show_default=True,
               help="Implicit: correct each score by -log(K Q2(value)) (Feat2Vec's noise-contrastive "
                    "form); --no-nce is plain negative sampling.")
-@click.option("--reject-positives", is_flag=True, default=D.reject_positives,
-              help="Implicit: draw a negative again when it is a training row.")
+@click.option("--reject-positives/--keep-positives", default=D.reject_positives, show_default=True,
+              help="Implicit: draw a negative again when it is a training row (or the positive itself).")
 @click.option("--negative-groups", type=GROUP_LIST,
               help="Implicit: resample only these groups (comma-separated).  [default: all]")
 @click.option("--eval-group", type=click.IntRange(0),
               help="Implicit: rank each validation row's value of this group among all its values "
-                   "(HR@K, NDCG@K full and with 100 sampled); early stopping then watches NDCG@K.")
+                   "(HR@K, NDCG@K full and with 100 sampled); early stopping then watches NDCG@K, and at "
+                   "least --eval-share of the positives resample this group.")
+@click.option("--eval-share", type=FiniteFloatRange(0, 1), default=D.eval_share, show_default=True,
+              help="Implicit, with --eval-group: the least share of positives whose negatives resample "
+                   "that group (the other groups' shares scaled down alike); 0: c^alpha1 alone.")
 @click.option("--top-k", type=click.IntRange(1), default=D.top_k, show_default=True,
               help="Implicit: K of HR@K and NDCG@K.")
 @click.option("--rlog", type=OUTPUT,
@@ -253,7 +258,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
           model_kind, dim, ranks, levels_file, method, burn_in, keep_samples, keep_means, iters, learn_rate,
           dependent_rate, variant, dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop,
           metric, meta, auto_groups, negatives,
-          alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, top_k, rlog, quiet, no_cache):
+          alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, eval_share, top_k, rlog, quiet,
+          no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
     Each feature gets its rank level by the log-nearest rule (paper Eq. 17)
@@ -388,7 +394,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    keep_samples=keep_samples, keep_means=keep_means, auto_groups=auto_groups,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
-                   eval_group=eval_group, top_k=top_k)
+                   eval_group=eval_group, eval_share=eval_share, top_k=top_k)
     import functools
 
     from rafmcli.errors import DivergedError

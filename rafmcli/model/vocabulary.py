@@ -115,7 +115,7 @@ class NoiseTables:
                 self.logq, self.table)
 
 
-def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None):
+def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None, floor=None):
     """Step 1 over ``groups`` (None: every group with features), step 2 within each.
 
     c_g is the number of distinct features of group g in training. With
@@ -134,6 +134,8 @@ def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None):
     if weight.sum() <= 0:
         raise ValueError("no feature group to draw negatives from")
     group_p = weight / weight.sum()
+    if floor is not None:
+        group_p = floored(group_p, *floor)
     g_prob, g_alias = np.empty(G), np.empty(G, dtype=np.int64)
     alias_tables(group_p, np.array([0, G], dtype=np.int64), g_prob, g_alias)
     smoothed = vocab.count.astype(np.float64) ** alpha2
@@ -145,6 +147,26 @@ def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None):
     table = row_hash_table(row_values) if row_values is not None else np.zeros(0, dtype=np.uint64)
     return NoiseTables(vocab.group_ptr, g_prob, g_alias, v_prob, v_alias, logq, -np.log(totals),
                        group_p, table)
+
+
+def training_noise(vocab, options, row_values=None):
+    """The noise tables of a run's options (an Options, or a model file's dict of them):
+    --alpha1/--alpha2, --negative-groups and the --eval-share floor on --eval-group; with
+    ``row_values``, the rejection table of --reject-positives."""
+    get = options.get if isinstance(options, dict) else lambda name, default=None: getattr(options, name)
+    groups, eval_group = get("negative_groups"), get("eval_group")
+    floor = None if eval_group is None else (eval_group, get("eval_share", 0.0))  # older models: no floor
+    return noise_tables(vocab, get("alpha1"), get("alpha2"), tuple(groups) if groups else None, row_values, floor)
+
+
+def floored(group_p, g, share):
+    """Step 1's probabilities with group ``g`` drawn at least ``share`` of the time, the
+    other groups scaled down alike (still a convex combination: Theorem 1)."""
+    if not 0 <= g < group_p.shape[0] or group_p[g] <= 0 or group_p[g] >= share:
+        return group_p
+    out = group_p * ((1.0 - share) / (1.0 - group_p[g]))
+    out[g] = share
+    return out
 
 
 def rng_streams(seed, n):

@@ -15,7 +15,7 @@ from rafmcli import ranking
 from rafmcli.errors import InputError
 from rafmcli.kernels import implicit as K
 from rafmcli.model.layout import build
-from rafmcli.model.vocabulary import build_vocabulary, noise_tables, rng_streams
+from rafmcli.model.vocabulary import build_vocabulary, rng_streams, training_noise
 from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows
 from rafmcli.solvers.sgd import METHODS, VARIANTS, Log, Training, feature_levels, hyper_vector, optimizer_state
@@ -54,14 +54,14 @@ class ImplicitTraining(Training):
             if hi <= lo:
                 raise InputError(f"group {opts.eval_group} has no features in the training data")
         try:
-            self.noise = noise_tables(vocab, opts.alpha1, opts.alpha2, opts.negative_groups,
-                                      self.row_values if opts.reject_positives else None)
+            self.noise = training_noise(vocab, opts, self.row_values if opts.reject_positives else None)
         except ValueError as exc:
             raise InputError(f"{data.path}: {exc}") from None
         self.sampled = self.rset = None
         if validation is not None:
             vrows = kernel_rows(model, validation)
-            self.sampled = ranking.fixed_negatives(vocab, self.noise, vrows, opts.negatives, REDRAWS, opts.seed + 1)
+            # drawn without rejection, so that rafm predict --metrics (which has no training rows) gets them too
+            self.sampled = ranking.fixed_negatives(vocab, self.noise, vrows, opts.negatives, 0, opts.seed + 1)
             if opts.eval_group is not None:
                 self.rset = ranking.ranking_set(vocab, vrows, opts.eval_group, self.row_values, opts.seed + 2)
         self.state = optimizer_state(opts.method, model)

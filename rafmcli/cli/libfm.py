@@ -11,7 +11,10 @@ libFM's options and defaults: -task r|c, -train, -test, -validation,
 sgd|sgda|als|mcmc (mcmc; sgda needs -validation), -learn_rate (0.1, sgd), -regular (r or r0,r1,r2; 0), -init_stdev
 (0.1), -meta, -out, -rlog, -save_model (text, libFM's layout),
 -load_model (libFM's text or a rafm model), -seed, -verbosity, -cache_size
-(accepted, not needed). -relation is refused. See man rafm-libfm.
+(accepted, not needed). -relation is refused. Files may also be libFFM
+(label field:index:value, which libFM cannot read): their fields are then
+the groups of mcmc and als, as a -meta file's would be (-meta overrides
+them). See man rafm-libfm.
 """
 
 

@@ -1,4 +1,5 @@
-"""Python API in the style of scikit-learn: FM, RaFM and DiFacto estimators.
+"""Python API in the style of scikit-learn: FM, RaFM and DiFacto estimators (regression,
+classification, and implicit data: :class:`FMImplicit`).
 
     >>> from rafmcli.api import FMRegressor, read_data
     >>> X, y = read_data("data_samples/regression.train.libfm")
@@ -441,6 +442,8 @@ class _FMEstimator:
     @classmethod
     def _around(cls, model, path):
         want = "c" if issubclass(cls, FMClassifier) else "r"
+        if model.task == "implicit":
+            raise ValueError(f"{path}: an implicit model: load it with FMImplicit.load or rafmcli.api.load")
         if model.task != want:
             other = "FMClassifier" if model.task == "c" else "FMRegressor"
             raise ValueError(f"{path}: a {'classification' if model.task == 'c' else 'regression'} "
@@ -551,12 +554,185 @@ class FMClassifier(_FMEstimator):
         return tags
 
 
+class FMImplicit(_FMEstimator):
+    """FM, RaFM or DiFacto learnt from positives only, as ``rafm train --task implicit``.
+
+    Every row of X is a positive; negatives are Feat2Vec's (one group
+    resampled per positive, see rafm-train(1)). ``groups`` gives each feature
+    id its group: a sequence (``groups[n]`` is feature n's group, as line n
+    of a libFM group file; ids beyond it form one more group), the path of a
+    group file, or None for the fields of a libFFM file read with
+    ``read_data(path, sparse=False)``. The implicit parameters (negatives,
+    alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group,
+    eval_share, top_k) are those of ``rafm train``, None taking its defaults.
+
+        >>> est = FMImplicit(groups="data_samples/implicit.meta", model="fm", ranks=8, eval_group=1)
+        >>> est.fit(X)                      # rows: user, item with its genres, hour
+        >>> names, scores = est.recommend(X_users, group=1, k=5, exclude_seen=X)
+        >>> names, vectors = est.embeddings(group=1)
+    """
+
+    _task = "implicit"
+
+    def __init__(self, groups=None, negatives=None, alpha1=None, alpha2=None, loss=None, nce=None,
+                 reject_positives=None, negative_groups=None, eval_group=None, eval_share=None, top_k=None,
+                 model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
+                 variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
+                 init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
+                 holdout=None, beta1=None, beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
+        super().__init__(model=model, ranks=ranks, method=method, iters=iters, learn_rate=learn_rate,
+                         dependent_rate=dependent_rate, variant=variant, dependent_weight=dependent_weight,
+                         reg_bias=reg_bias, reg_linear=reg_linear, reg_factors=reg_factors, init_stdev=init_stdev,
+                         bias=bias, linear=linear, seed=seed, threads=threads, early_stop=early_stop,
+                         holdout=holdout, beta1=beta1, beta2=beta2, eps=eps, levels=levels,
+                         warm_start=warm_start, verbose=verbose)
+        self.groups = groups
+        self.negatives = negatives
+        self.alpha1 = alpha1
+        self.alpha2 = alpha2
+        self.loss = loss
+        self.nce = nce
+        self.reject_positives = reject_positives
+        self.negative_groups = negative_groups
+        self.eval_group = eval_group
+        self.eval_share = eval_share
+        self.top_k = top_k
+
+    def options(self):
+        """The Options of ``rafm train --task implicit`` with these parameters."""
+        if self.method is not None and self.method not in ("sgd", "adagrad", "adam"):
+            raise ValueError(f"implicit training uses method sgd, adagrad or adam, not {self.method!r}")
+        opts = super().options()
+        given = {name: getattr(self, name) for name in IMPLICIT_ONLY if getattr(self, name) is not None}
+        if "negative_groups" in given:
+            given["negative_groups"] = tuple(sorted({int(g) for g in np.atleast_1d(given["negative_groups"])}))
+        if given.get("loss", "softmax") not in ranking_losses():
+            raise ValueError(f"loss must be one of {', '.join(ranking_losses())}, not {given['loss']!r}")
+        if not 0 <= given.get("eval_share", 0.0) <= 1:
+            raise ValueError(f"eval_share must be between 0 and 1, not {given['eval_share']}")
+        return dataclasses.replace(opts, **given)
+
+    def _feature_groups(self, data):
+        from rafmcli.io.groups import FieldGroups, Groups, read_groups
+
+        if self.groups is None:
+            fields = FieldGroups.of(data)
+            if fields is None:
+                raise ValueError("FMImplicit needs feature groups: groups=[group of feature 0, 1, ...], the "
+                                 "path of a libFM group file, or a libFFM file read with read_data(sparse=False)")
+            return fields
+        if isinstance(self.groups, (str, bytes)) or hasattr(self.groups, "__fspath__"):
+            return _checked(lambda: read_groups(str(self.groups)))
+        of_id = np.asarray(self.groups)
+        if of_id.ndim != 1 or of_id.shape[0] == 0 or of_id.dtype.kind not in "iu" or of_id.min() < 0:
+            raise ValueError("groups must be a non-empty 1-D sequence of non-negative integers (a feature's group)")
+        return Groups("<groups>", of_id.astype(np.int32), int(of_id.max()) + 1)
+
+    def fit(self, X, y=None, eval_set=None):
+        """Train on the positive rows of X; ``eval_set``: held-out positives (X_val, or (X_val, y))
+        for early stopping, else ``holdout`` of X. A y, if given, must be > 0 everywhere."""
+        if self.warm_start and hasattr(self, "model_"):
+            raise ValueError("warm_start continues r and c models; implicit ones start afresh")
+        opts = self.options()
+        data, n_cols = as_dataset(X)
+        if y is not None and not np.all(_labels(y, data.n_rows) > 0):
+            raise ValueError("implicit data holds positives only: every label must be > 0")
+        groups = self._feature_groups(data)
+        valid = None
+        if eval_set is not None:
+            valid, _ = as_dataset(eval_set[0] if isinstance(eval_set, tuple) else eval_set)
+        elif opts.holdout > 0:
+            from rafmcli.solvers.sgd import holdout_split
+
+            data, valid = holdout_split(data, opts.holdout, opts.seed)
+        if opts.threads > 1:
+            import numba
+
+            numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
+        opts = self._from_data(opts, data)
+        from rafmcli.solvers.implicit import train
+
+        def echo(message):
+            print(message, file=sys.stderr)
+
+        model, history = _checked(lambda: train(
+            data, groups, opts, validation=valid, levels_override=self._levels_override(len(opts.ranks)),
+            quiet=not self.verbose, progress=self.verbose, echo=echo))
+        self._keep(model, n_cols)
+        self.history_ = history
+        return self
+
+    def decision_function(self, X):
+        """Raw scores y(x) of the rows of X (what ``rafm predict`` writes for an implicit model)."""
+        return self._margins(X)
+
+    predict = decision_function
+
+    def _group(self, group):
+        vocab = self.model_.vocabulary
+        if not (0 <= int(group) < vocab.n_groups and (vocab.group_of == int(group)).any()):
+            raise ValueError(f"group {group} has no features in the model")
+        return int(group)
+
+    def recommend(self, X, group, k=10, exclude_seen=None):
+        """For each row of X (a context), the k values of ``group`` seen in training that score
+        best substituted into it, as ``rafm recommend``: (names, scores), names a list per row of
+        the values' feature ids joined by commas, scores [n, k] (NaN past a row's candidates).
+        ``exclude_seen``: rows (e.g. the training X) whose values of ``group`` are left out for
+        rows with the same context."""
+        from rafmcli import ranking
+        from rafmcli.cli.recommend import value_labels
+        from rafmcli.predict import kernel_rows
+
+        self._check_fitted()
+        group, model = self._group(group), self.model_
+        seen = None
+        if exclude_seen is not None:
+            seen = model.vocabulary.lookup(kernel_rows(model, as_dataset(exclude_seen)[0]))
+        ctx = ranking.contexts(model.vocabulary, kernel_rows(model, as_dataset(X)[0]), group, seen)
+        ids, scores = ranking.recommend(model, ctx, int(k))
+        labels = value_labels(model, np.unique(ids[ids >= 0]))
+        names = [[labels[int(i)] for i in row if i >= 0] for row in ids]
+        return names, np.where(ids >= 0, scores, np.nan)
+
+    def embeddings(self, level="all", group=None):
+        """(names, vectors) as ``rafm embed`` writes them: every feature, or with ``group`` its
+        values (each the sum of its features' vectors); ``level`` N or "all"."""
+        from rafmcli.embeddings import embeddings, value_embeddings
+
+        self._check_fitted()
+        level = None if level == "all" else int(level)
+        try:
+            emb = embeddings(self.model_, level) if group is None else \
+                value_embeddings(self.model_, level, self._group(group))
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return emb.names(), emb.vectors
+
+    @classmethod
+    def _around(cls, model, path):
+        if model.task != "implicit":
+            raise ValueError(f"{path}: not an implicit model: load it with rafmcli.api.load")
+        trained = model.info.get("options", {})
+        names = set(cls._get_param_names())
+        est = cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in trained.items() if k in names})
+        est._keep(model, None)
+        return est
+
+
+def ranking_losses():
+    from rafmcli.ranking import LOSSES
+
+    return tuple(LOSSES)
+
+
 def load(path):
-    """The estimator (FMRegressor or FMClassifier, by the file's task) around a model file."""
+    """The estimator (FMRegressor, FMClassifier or FMImplicit, by the file's task) around a model file."""
     from rafmcli.model import files
 
     model = _checked(lambda: files.load(str(path)))
-    return (FMClassifier if model.task == "c" else FMRegressor)._around(model, path)
+    kind = {"c": FMClassifier, "implicit": FMImplicit}.get(model.task, FMRegressor)
+    return kind._around(model, path)
 
 
-__all__ = ["FMRegressor", "FMClassifier", "read_data", "load", "as_dataset", "NotFittedError"]
+__all__ = ["FMRegressor", "FMClassifier", "FMImplicit", "read_data", "load", "as_dataset", "NotFittedError"]

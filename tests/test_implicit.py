@@ -617,6 +617,44 @@ def test_training_learns_tastes_and_beats_popularity(planted, tmp_path, model):
     assert sum((i - users) % 5 == 2 for i in neighbours) >= 2
 
 
+def test_api_estimator_is_rafm_train(planted, tmp_path):
+    """FMImplicit trains the model rafm train --task implicit trains, recommends and embeds as the
+    commands do, and round-trips through a model file."""
+    from rafmcli import api
+    from rafmcli.model import files as model_files
+
+    root, users, items = planted
+    common = ["--model", "fm", "--dim", "4", "--eval-group", "1", "--iter", "3", "--seed", "2"]
+    result = run(["train", "--task", "implicit", "--train", str(root / "train.libfm"), "--validation",
+                  str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--save-model",
+                  str(tmp_path / "cli.rafm"), "--quiet"] + common)
+    assert result.exit_code == 0, result.output
+    X, _ = api.read_data(root / "train.libfm", sparse=False)
+    X_valid, _ = api.read_data(root / "valid.libfm", sparse=False)
+    groups = [0] * users + [1] * items
+    est = api.FMImplicit(groups=groups, model="fm", ranks=4, eval_group=1, iters=3, seed=2).fit(X, eval_set=X_valid)
+    cli = model_files.load(str(tmp_path / "cli.rafm"))
+    assert np.array_equal(est.model_.V, cli.V) and np.array_equal(est.model_.w, cli.w)
+    names, scores = est.recommend(X_valid, group=1, k=3, exclude_seen=X)
+    result = run(["recommend", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "-k", "3",
+                  "--exclude-seen", str(root / "train.libfm"), str(root / "valid.libfm")])
+    table = [line.split("\t") for line in result.output.splitlines()[1:]]
+    assert [f[2] for f in table] == [n for row in names for n in row]
+    np.testing.assert_allclose([float(f[3]) for f in table], scores[~np.isnan(scores)], rtol=1e-5)
+    result = run(["embed", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "--out", str(tmp_path / "v.txt")])
+    written = read_word2vec((tmp_path / "v.txt").read_text())
+    names, vectors = est.embeddings(group=1)
+    assert list(written) == names and all(np.array_equal(written[n], v) for n, v in zip(names, vectors))
+    est.save(tmp_path / "api.rafm")
+    again = api.load(tmp_path / "api.rafm")
+    assert isinstance(again, api.FMImplicit) and again.eval_group == 1
+    np.testing.assert_array_equal(again.decision_function(X_valid), est.decision_function(X_valid))
+    with pytest.raises(ValueError, match="implicit model"):
+        api.FMClassifier.load(tmp_path / "api.rafm")
+    with pytest.raises(ValueError, match="needs feature groups"):
+        api.FMImplicit(model="fm", ranks=4).fit(X)
+
+
 def test_implicit_input_errors(planted, tmp_path):
     root, _, _ = planted
     base = ["train", "--task", "implicit", "--quiet", "--iter", "1"]

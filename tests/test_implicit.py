@@ -640,7 +640,7 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
                   "--exclude-seen", str(root / "train.libfm"), str(root / "valid.libfm")])
     table = [line.split("\t") for line in result.output.splitlines()[1:]]
     assert [f[2] for f in table] == [n for row in names for n in row]
-    np.testing.assert_allclose([float(f[3]) for f in table], scores[~np.isnan(scores)], rtol=1e-5)
+    np.testing.assert_allclose([float(f[3]) for f in table], scores[~np.isnan(scores)], rtol=1e-5, atol=1e-6)
     result = run(["embed", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "--out", str(tmp_path / "v.txt")])
     written = read_word2vec((tmp_path / "v.txt").read_text())
     names, vectors = est.embeddings(group=1)

@@ -681,7 +681,7 @@ class FMImplicit(_FMEstimator):
         ``exclude_seen``: rows (e.g. the training X) whose values of ``group`` are left out for
         rows with the same context."""
         from rafmcli import ranking
-        from rafmcli.cli.recommend import value_labels
+        from rafmcli.embeddings import value_names
         from rafmcli.predict import kernel_rows
 
         self._check_fitted()
@@ -691,7 +691,7 @@ class FMImplicit(_FMEstimator):
             seen = model.vocabulary.lookup(kernel_rows(model, as_dataset(exclude_seen)[0]))
         ctx = ranking.contexts(model.vocabulary, kernel_rows(model, as_dataset(X)[0]), group, seen)
         ids, scores = ranking.recommend(model, ctx, int(k))
-        labels = value_labels(model, np.unique(ids[ids >= 0]))
+        labels = value_names(model, np.unique(ids[ids >= 0]))
         names = [[labels[int(i)] for i in row if i >= 0] for row in ids]
         return names, np.where(ids >= 0, scores, np.nan)
 

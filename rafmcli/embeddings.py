@@ -21,8 +21,8 @@ embedding phi_g(x_g) = Sum_{j in g} x_j v_j: an item that comes with its
 genres is the sum of its own vector and its genres' (weighted by their
 values), the vector the model scores it with (its pairwise term with a
 context is <phi_g, Sum_context x_k v_k>). A one-hot value is its feature's
-vector. A value is named by its features' ids joined by commas, as
-``rafm recommend`` names it.
+vector. A value is named by its features' ids, ascending, joined by
+commas, as ``rafm recommend`` names it.
 
 The text format is word2vec's (gensim ``KeyedVectors.load_word2vec_format``
 with ``binary=False``): a line ``count dim``, then ``id v1 ... vD`` per
@@ -95,9 +95,16 @@ def value_embeddings(model, level, group):
     have = feat < vectors.shape[0]
     np.add.at(out, owner[have], x[have, None].astype(np.float64) * vectors[feat[have]])
     keep = np.flatnonzero(~missing)
-    names = np.split(model.feature_ids[feat], np.cumsum(lengths)[:-1])
-    labels = [",".join(map(str, names[v].tolist())) for v in keep]
-    return Embeddings(keep + lo, keep + lo, out[keep].astype(np.float32), labels)
+    labels = value_names(model, keep + lo)
+    return Embeddings(keep + lo, keep + lo, out[keep].astype(np.float32), [labels[int(v)] for v in keep + lo])
+
+
+def value_names(model, values):
+    """{value id: its features' original ids, ascending, joined by commas} (rafm recommend's and
+    rafm embed --group's name of a group value)."""
+    v = model.vocabulary
+    return {int(u): ",".join(map(str, np.sort(model.feature_ids[v.feat[v.ptr[u]:v.ptr[u + 1]]]).tolist()))
+            for u in values}
 
 
 def write_word2vec(fh, emb):

@@ -482,12 +482,12 @@ def all_levels(model):
 
 def plain_values(model, group):
     """{name: [(internal feature, x), ...]} of the group's values seen in training, from ROWS
-    (which hold internal ids); a name joins the features' original ids."""
+    (which hold internal ids); a name joins the features' original ids, ascending."""
     found = {}
     for row in ROWS:
         value = sorted((i, x) for i, x in row if GROUP_OF[i] == group)
         if value:
-            found[",".join(str(model.feature_ids[i]) for i, _ in value)] = value
+            found[",".join(str(i) for i in sorted(model.feature_ids[i] for i, _ in value))] = value
     return found
 
 

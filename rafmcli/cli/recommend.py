@@ -26,12 +26,13 @@ def recommend(model_path, group, top_k, exclude_seen, out, quiet, files, no_cach
 
     Output: tab-separated, a header line, then `row rank id score` per
     recommendation: the row's number (from 1, over all files), the rank (from
-    1), the value's feature id (ids joined by commas when a value holds
-    several features) and its score.
+    1), the value's feature id (ids, ascending, joined by commas when a
+    value holds several features) and its score.
     """
     import numpy as np
 
     from rafmcli import ranking
+    from rafmcli.embeddings import value_names
     from rafmcli.io.output import Outputs
     from rafmcli.predict import kernel_rows
 
@@ -48,16 +49,9 @@ def recommend(model_path, group, top_k, exclude_seen, out, quiet, files, no_cach
         ids.append(part_ids)
         scores.append(part_scores)
     ids, scores = np.concatenate(ids), np.concatenate(scores)
-    labels = value_labels(model, np.unique(ids[ids >= 0]))
+    labels = value_names(model, np.unique(ids[ids >= 0]))
     with Outputs() as outputs:
         outputs.write(out, lambda fh: _write_table(fh, ids, scores, labels))
-
-
-def value_labels(model, values):
-    """{value id: its original feature ids joined by commas}."""
-    v = model.vocabulary
-    return {int(u): ",".join(str(i) for i in model.feature_ids[v.feat[v.ptr[u]:v.ptr[u + 1]]])
-            for u in values}
 
 
 def _write_table(fh, ids, scores, labels):

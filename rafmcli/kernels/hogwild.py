@@ -16,7 +16,16 @@ forward.py's row kernels with the replica's reads.
 import numpy as np
 from numba import njit
 
-from rafmcli.kernels.forward import FAST, LINE_FLOATS, pairwise_from_sums, prefetch, row_start, sigmoid, top_level
+from rafmcli.kernels.forward import (
+    FAST,
+    LINE_FLOATS,
+    pairwise_from_sums,
+    prefetch,
+    prefetch_l2,
+    row_start,
+    sigmoid,
+    top_level,
+)
 from rafmcli.kernels.sgd import (
     ADAGRAD,
     ADAM,
@@ -51,7 +60,7 @@ MERGE_ROWS = 1024  # rows between a worker's merges
 
 
 @njit(cache=True, error_model="numpy")
-def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, hot):
+def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, hot):
     """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
     in the worker's replica, already in cache."""
     m = widths.shape[0]
@@ -60,14 +69,16 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, hot):
         if hot[i] >= 0:
             continue
         prefetch(w, i)
+        if accw1.shape[0]:
+            prefetch(accw1, i)
         for l in range(top_level(lev, i, m) + 1):
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
             line = start - start % LINE_FLOATS
             while line < stop:
-                prefetch(V, line)
+                prefetch_l2(V, line)
                 if accV1.shape[0]:
-                    prefetch(accV1, line)
+                    prefetch_l2(accV1, line)
                 line += LINE_FLOATS
 
 
@@ -280,7 +291,7 @@ def _make_trainer(method):
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, hot)
+                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
             a, b = ptr[j], ptr[j + 1]
             lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
             pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,

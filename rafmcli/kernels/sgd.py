@@ -248,7 +248,7 @@ def _make_trainers(method):
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w)
+                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
             a, b = ptr[j], ptr[j + 1]
             lin = w0[0] + linear_part(a, b, idx, val, w)
             pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,

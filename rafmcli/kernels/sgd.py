@@ -102,6 +102,13 @@ def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method,
         for f in range(width):
             v = V[start + f]
             V[start + f] = v - lr * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
+    elif method == ADAGRAD and cb == 0:  # a free variable: no T to read
+        for f in range(width):
+            v = V[start + f]
+            g = ca * (S[so + f] - v * x) + reg * v
+            acc = a1[start + f] + g * g
+            a1[start + f] = acc
+            V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
     elif method == ADAGRAD:
         for f in range(width):
             v = V[start + f]

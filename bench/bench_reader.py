@@ -80,9 +80,15 @@ def ffm_file(path):
 
 
 def timed(args, env):
-    """(wall seconds, peak RSS bytes, stdout) of one process."""
+    """(wall seconds, peak RSS bytes, stdout) of one process.
+
+    It runs in the tree of ``env``'s PYTHONPATH: ``python -m`` and ``-c`` put the working
+    directory first on sys.path, so from another checkout's root a baseline would import
+    that checkout's rafmcli instead of its own."""
+    tree = env.get("PYTHONPATH")
     t = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            cwd=tree if tree and os.path.isdir(tree) else None)
     out = proc.stdout.read()
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)

@@ -95,10 +95,10 @@ def test_tune_end_to_end(sample, tmp_path):
     assert one.stderr == "" and "rafm tune" not in two.stdout  # --quiet is quiet; stdout holds results
     assert "trained in 2 worker processes" in two.stderr  # trials ran in two processes at once
     assert (tmp_path / "two.tsv").read_text().splitlines()[0].split("\t") == [
-        "trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "epochs", "best_epoch",
-        "valid_rmse", "params", "seconds", "status"]
-    assert one.stdout.splitlines()[0].split() == ["trial", "model", "ranks", "L2", "lr", "variant", "rho_d",
-                                                  "best", "ep", "valid", "rmse", "params", "seconds", "status"]
+        "trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "init_stdev", "dependent_weight",
+        "epochs", "best_epoch", "valid_rmse", "params", "seconds", "status"]
+    assert one.stdout.splitlines()[0].split() == ["trial", "model", "ranks", "L2", "lr", "variant", "rho_d", "init",
+                                                  "c", "best", "ep", "valid", "rmse", "params", "seconds", "status"]
     assert table_without_seconds(tmp_path / "one.tsv") == table_without_seconds(tmp_path / "two.tsv")
     table = table_without_seconds(tmp_path / "two.tsv")
     header, rows = table[0], table[1:]
@@ -212,7 +212,7 @@ def test_a_diverging_trial_keeps_its_best_epoch(sample, tmp_path, monkeypatch):
     monkeypatch.setattr(T, "_WORKER", {"folder": str(tmp_path), "train": read_dataset(sample("regression.train")),
                                        "valid": read_dataset(sample("regression.validation"))})
     opts = Options(task="r", model="fm", ranks=(4,), iters=10)
-    result = T._advance((0, opts, 5))
+    result = T._advance((0, opts, 5, "rmse"))
     assert result["diverged"] and result["done"] and result["best_epoch"] in (1, 2)
     assert math.isfinite(result["score"]) and result["value"] == pytest.approx(result["score"])
     import pickle
@@ -222,3 +222,36 @@ def test_a_diverging_trial_keeps_its_best_epoch(sample, tmp_path, monkeypatch):
     run.attach(T._WORKER["train"], T._WORKER["valid"])
     model, _ = run.result()
     assert model.info["training"]["validation"]["rmse"] == pytest.approx(result["value"])
+
+
+def test_an_mcmc_rung_sees_the_start_of_the_full_chain(sample):
+    """A trial run to a rung ranks by the running average the whole chain has at that iteration
+    (same draws, the whole chain's burn-in)."""
+    from rafmcli.solvers.coordinate import train
+
+    data = read_dataset(sample("regression.train"))
+    valid = read_dataset(sample("regression.validation"))
+    opts = Options(task="r", model="rafm", ranks=(2, 4), method="mcmc", iters=20, init_stdev=0.1)  # burn-in 2
+    chain = [row["rmse"] for row in train(data, opts, validation=valid, quiet=True, progress=False).history]
+    progress, _ = T.advance_coordinate(data, valid, opts, 5, "rmse")
+    assert (progress["value"], progress["best_epoch"], progress["done"]) == (chain[4], 5, False)
+    assert len(set(chain)) == len(chain)  # the average moves: the rung's value is that iteration's
+
+
+def test_tune_mcmc_end_to_end(sample, tmp_path):
+    """`rafm tune --method mcmc`: init stdev and c searched, no learning rate or L2; the winner's
+    printed `rafm train` line gives the --test predictions (the chain's average, not its kept
+    samples') bit for bit."""
+    out, again = tmp_path / "tuned.txt", tmp_path / "again.txt"
+    result = run(["tune", "--task", "r", "--train", sample("regression.train"), "--validation",
+                  sample("regression.validation"), "--models", "fm,rafm", "--method", "mcmc", "--trials", "3",
+                  "--iter", "12", "--threads", "1", "--test", sample("regression.test"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()[1:7]]
+    assert {r[1] for r in rows} == {"fm", "rafm"} and all(r[3] == r[4] == "-" for r in rows)  # no L2, no lr
+    assert len({r[7] for r in rows}) > 1  # init stdev searched
+    command = next(line for line in result.stdout.splitlines() if line.startswith("rafm train "))
+    assert "--method mcmc" in command and "--learn-rate" not in command and "--early-stop" not in command
+    result = run(shlex.split(command)[1:] + ["--test", sample("regression.test"), "--out", str(again), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == again.read_text()

@@ -21,7 +21,7 @@ from rafmcli.cli.options import (
 from rafmcli.options import DEFAULTS as D
 from rafmcli.options import METRICS, MODELS
 
-SGD_METHODS = ("sgd", "adagrad", "adam")
+TUNE_METHODS = ("sgd", "adagrad", "adam", "als", "mcmc")
 
 
 def _cores():
@@ -63,10 +63,14 @@ class ModelList(click.ParamType):
 @click.option("--metric", type=click.Choice(METRICS),
               help="Validation metric that ranks the trials and stops each one early.  "
                    "[default: rmse for r, logloss for c]")
-@click.option("--method", type=click.Choice(SGD_METHODS), default=D.method, show_default=True,
-              help="Optimizer of every trial; learning rates are searched around its default.")
+@click.option("--method", type=click.Choice(TUNE_METHODS), default=D.method, show_default=True,
+              help="Method of every trial. sgd, adagrad, adam: L2 and the learning rate (around the method's "
+                   "default) are searched; als: L2 and init stdev; mcmc: init stdev (it draws its "
+                   "regularisation); ranks always, and RaFM's variant and rho_d (sgd methods) or its "
+                   "distillation weight c (als, mcmc).")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
-              help="Most epochs a trial trains (the last rung of successive halving).")
+              help="Most epochs (als, mcmc: iterations) a trial trains (the last rung of successive halving); "
+                   "an MCMC chain runs to its rung, ranked by its running average.")
 @click.option("--early-stop", type=click.IntRange(1), default=D.early_stop, show_default=True,
               help="A trial stops after this many epochs without a better validation metric.")
 @click.option("--table", type=OUTPUT, help="Write the leaderboard (every trial) as tab-separated values.")
@@ -178,27 +182,41 @@ def _report(search, settings, train_file, validation, holdout, fh):
 def _leader_line(row, watch):
     if row is None:
         return (f"{'trial':>5}  {'model':<8}{'ranks':<13}{'L2':>8}{'lr':>9}  {'variant':<8}{'rho_d':>8}"
-                f"{'best ep':>8}{'valid ' + watch:>15}{'params':>12}{'seconds':>9}  status")
-    rho = "-" if math.isnan(row["dependent_rate"]) else f"{row['dependent_rate']:g}"
-    value = "-" if math.isnan(row["metric"]) else f"{row['metric']:.4f}"
-    return (f"{row['trial']:>5}  {row['model']:<8}{row['ranks']:<13}{row['l2']:>8g}{row['learn_rate']:>9g}  "
-            f"{row['variant']:<8}{rho:>8}{row['best_epoch']:>8}{value:>15}{row['params']:>12,}"
-            f"{row['seconds']:>9.1f}  {row['status']}")
+                f"{'init':>7}{'c':>5}{'best ep':>8}{'valid ' + watch:>15}{'params':>12}{'seconds':>9}  status")
+
+    def shown(name, spec):
+        return "-" if math.isnan(row[name]) else format(row[name], spec)
+
+    return (f"{row['trial']:>5}  {row['model']:<8}{row['ranks']:<13}{shown('l2', 'g'):>8}"
+            f"{shown('learn_rate', 'g'):>9}  {row['variant']:<8}{shown('dependent_rate', 'g'):>8}"
+            f"{row['init_stdev']:>7g}{shown('dependent_weight', 'g'):>5}{row['best_epoch']:>8}"
+            f"{shown('metric', '.4f'):>15}{row['params']:>12,}{row['seconds']:>9.1f}  {row['status']}")
 
 
 def train_command(opts, settings, train_file, validation, holdout):
     """The `rafm train` line that trains the trial's model again (bit for bit, one thread)."""
+    from rafmcli.solvers.tune import COORDINATE
+
     q = shlex.quote
     words = ["rafm", "train", "--task", opts.task, "--train", q(train_file)]
     words += ["--validation", q(validation)] if validation else ["--holdout", f"{holdout:g}"]
-    words += ["--model", opts.model, "--ranks", ",".join(map(str, opts.ranks)), "--method", opts.method,
-              "--learn-rate", f"{opts.learn_rate:g}",
-              "--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
-    if opts.model == "rafm" and len(opts.ranks) > 1:
-        words += ["--variant", opts.variant]
-        if opts.variant == "paper" and opts.dependent_rate is not None:
-            words += ["--dependent-rate", f"{opts.dependent_rate:g}"]
-    words += ["--iter", str(opts.iters), "--early-stop", str(opts.early_stop)]
+    words += ["--model", opts.model, "--ranks", ",".join(map(str, opts.ranks)), "--method", opts.method]
+    if opts.method in COORDINATE:
+        words += ["--init-stdev", f"{opts.init_stdev:g}"]
+        if opts.method == "als":
+            words += ["--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
+        if opts.model == "rafm" and len(opts.ranks) > 1:
+            words += ["--dependent-weight", f"{opts.dependent_weight:g}"]
+    else:
+        words += ["--learn-rate", f"{opts.learn_rate:g}",
+                  "--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
+        if opts.model == "rafm" and len(opts.ranks) > 1:
+            words += ["--variant", opts.variant]
+            if opts.variant == "paper" and opts.dependent_rate is not None:
+                words += ["--dependent-rate", f"{opts.dependent_rate:g}"]
+    words += ["--iter", str(opts.iters)]
+    if opts.method != "mcmc":
+        words += ["--early-stop", str(opts.early_stop)]
     if settings.metric:
         words += ["--metric", settings.metric]
     words += ["--seed", str(opts.seed)]
@@ -212,10 +230,13 @@ def _finish(search, winner, data, valid, test_data, test, out, save_model, table
     from rafmcli.cli.options import warn_unseen
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
-    from rafmcli.predict import predict_dataset
+    from rafmcli.predict import kernel_rows, predict_dataset
+    from rafmcli.solvers.tune import COORDINATE
 
-    model = None
-    if save_model or test_data is not None:
+    model, predictions = None, None
+    if (save_model or test_data is not None) and winner.opts.method in COORDINATE:
+        model, predictions = _coordinate_winner(winner, data, valid, test_data, refit, quiet)
+    elif save_model or test_data is not None:
         if refit:
             from rafmcli.solvers.sgd import train as run_training
             from rafmcli.solvers.tune import concat
@@ -227,6 +248,7 @@ def _finish(search, winner, data, valid, test_data, test, out, save_model, table
             model, _ = run_training(concat(data, valid), opts, quiet=True, progress=False)
         else:
             model, _ = search.checkpoint(winner).result()
+    if model is not None:
         model.info["training"]["tune"] = {"metric": search.watch, "validation": winner.value,
                                           "trials": len(search.trials), "refit": bool(refit)}
     with Outputs() as outputs:
@@ -235,12 +257,36 @@ def _finish(search, winner, data, valid, test_data, test, out, save_model, table
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model), binary=True)
         if test_data is not None:
-            predictions, unseen, distinct = predict_dataset(model, test_data)
+            if predictions is None:
+                predictions, unseen, distinct = predict_dataset(model, test_data)
+            else:  # mcmc: the chain's average
+                unseen, distinct = kernel_rows(model, test_data)[3:]
             warn_unseen(test, unseen, distinct)
             outputs.write(out, functools.partial(format_predictions, predictions=predictions), binary=True)
 
 
-TABLE_COLUMNS = ("trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "epochs",
+def _coordinate_winner(winner, data, valid, test_data, refit, quiet):
+    """An ALS or MCMC winner trained again from its seed (as in its trial, or with ``refit`` on
+    training plus validation rows for its best iteration count): (model, MCMC test predictions)."""
+    from dataclasses import replace
+
+    from rafmcli.solvers.coordinate import train
+    from rafmcli.solvers.tune import concat
+
+    opts = winner.opts
+    if refit:
+        opts = replace(opts, iters=max(winner.best_epoch, 1), early_stop=0)
+        if not quiet:
+            click.echo(f"rafm tune: refitting the winner on {data.n_rows + valid.n_rows:,} rows for "
+                       f"{opts.iters} iterations", err=True)
+        result = train(concat(data, valid), opts, test=test_data, quiet=True, progress=False)
+    else:
+        result = train(data, opts, validation=valid, test=test_data, quiet=True, progress=False)
+    return result.model, result.test_predictions
+
+
+TABLE_COLUMNS = ("trial", "model", "ranks", "l2", "learn_rate", "variant", "dependent_rate", "init_stdev",
+                 "dependent_weight", "epochs",
                  "best_epoch", "metric", "params", "seconds", "status")
 
 

@@ -430,7 +430,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
             chains[name] = Chain(kernel_rows(model, extra)[:3], np.zeros(extra.n_rows))
     burn_in = 0 if not sampling else burn_in_default(opts.iters) if opts.burn_in is None else opts.burn_in
     kept = Kept(opts.iters, burn_in, opts.keep_samples, opts.keep_means) if sampling else None
-    watch = metrics.early_stop_metric(opts.task)
+    watch = metrics.early_stop_metric(opts.task, opts.metric)
     best = (math.inf, 0, None)
     history = []
     log = Log(rlog, opts.task)
@@ -488,8 +488,8 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
                 bar.update(1)
             if sampling or "validation" not in chains:
                 continue
-            if row[watch] < best[0]:
-                best = (row[watch], it, (model.w0, model.w.copy(), aligned_copy(model.V)))
+            if metrics.loss_of(watch, row[watch]) < best[0]:
+                best = (metrics.loss_of(watch, row[watch]), it, (model.w0, model.w.copy(), aligned_copy(model.V)))
             elif opts.early_stop and it - best[1] >= opts.early_stop:
                 break
     finally:

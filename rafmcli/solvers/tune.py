@@ -1,13 +1,22 @@
 """`rafm tune`: the paper's protocol (section 6.1.1) as one command.
 
 Each model gets the same number of configurations, sampled from a seeded
-design over (L2, learning rate, ranks, and for RaFM variant and rho_d), and
-they race by synchronous successive halving over epochs (Jamieson and
-Talwalkar 2016; Hyperband's building block): every live trial trains to the
-rung's epoch count, the best third by validation metric goes on to three
-times as many epochs, until one trial per model runs to the end (--iter,
-early stopping). A trial is paused between rungs as a pickled
-:class:`~rafmcli.solvers.sgd.Training`, so no epoch is trained twice.
+design over what matters for the method: SGD methods (L2, learning rate,
+ranks, and for RaFM variant and rho_d); ALS (L2 as prior precision, init
+stdev, ranks, and RaFM's distillation weight c); MCMC (init stdev, ranks, c:
+it has no learning rate and draws its regularisation). They race by
+synchronous successive halving over epochs (Jamieson and Talwalkar 2016;
+Hyperband's building block): every live trial trains to the rung's epoch
+count, the best third by validation metric goes on to three times as many
+epochs, until one trial per model runs to the end (--iter, early stopping).
+An SGD trial is paused between rungs as a pickled
+:class:`~rafmcli.solvers.sgd.Training`, so no epoch is trained twice. ALS
+and MCMC trials run over iterations instead of epochs: an MCMC chain has no
+early stopping and is judged by the validation metric of its running
+average (with the burn-in of the full chain, so a rung sees exactly the
+start of the chain the last rung runs); a coordinate trial is not paused
+but run again from its seed to the next rung (the same draws bit for bit,
+at most about twice the iterations of a paused one).
 
 Trials run in worker processes (one thread each); a rung's decisions are
 taken once all of its trials are in, by score then trial number, so the
@@ -29,15 +38,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rafmcli import metrics
+from rafmcli.errors import DivergedError
 from rafmcli.options import DEFAULTS, L2_CHOICES, method_default
 
 # the paper's L2 grid {1e-6, 5e-6, 1e-5, ..., 1e-1}, one step further: rafm's L2 acts per occurrence
 L2_GRID = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 2e-1)
 LR_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # times the method's default learning rate
 DEP_RATE_STEPS = (1.0, 2.0, 5.0, 10.0)  # rho_d / rho_f of the paper variant
+COORDINATE = ("als", "mcmc")
+INIT_STDEV_STEPS = (0.25, 0.5, 1.0, 2.0)  # times the method's default init stdev (als, mcmc)
+ALS_L2_GRID = (1.0, 3.0, 10.0, 30.0, 100.0)  # prior precisions, added once per parameter
+DEP_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)  # RaFM's distillation weight c (als, mcmc)
 RAFM_VARIANTS = ("paper", "authors", "cascade")
 ETA = 3  # successive halving keeps the best 1/ETA of a rung
 FIRST_RUNG_SHARE = 0.1  # the first rung trains a tenth of --iter: strongly regularised models start slowly
+MCMC_FIRST_RUNG_SHARE = 0.2  # twice the burn-in: a chain's average needs some draws to be judged
 DEFAULT_TRIALS = 27  # configurations per model and bracket
 
 
@@ -62,11 +77,15 @@ class Trial:
 
     def row(self):
         o = self.opts
+        sgd = o.method not in COORDINATE
+        distilled = o.model == "rafm" and len(o.ranks) > 1 and (not sgd or o.variant != "paper")
         return {"trial": self.number, "model": o.model, "ranks": ",".join(map(str, o.ranks)),
-                "l2": o.reg_factors[0], "learn_rate": o.learn_rate,
-                "variant": o.variant if o.model == "rafm" and len(o.ranks) > 1 else "-",
-                "dependent_rate": (o.dependent_rate if o.model == "rafm" and o.variant == "paper"
+                "l2": o.reg_factors[0] if o.method != "mcmc" else math.nan,
+                "learn_rate": o.learn_rate if sgd else math.nan,
+                "variant": o.variant if sgd and o.model == "rafm" and len(o.ranks) > 1 else "-",
+                "dependent_rate": (o.dependent_rate if sgd and o.model == "rafm" and o.variant == "paper"
                                    and o.dependent_rate is not None else math.nan),
+                "init_stdev": o.init_stdev, "dependent_weight": o.dependent_weight if distilled else math.nan,
                 "epochs": self.epochs, "best_epoch": self.best_epoch, "metric": self.value,
                 "params": self.params, "seconds": self.seconds,
                 "status": "diverged" if self.diverged else "done" if self.done else
@@ -81,7 +100,9 @@ def _stratified(rng, values, n):
 
 
 def sample_configurations(base, model, rank_sets, n, rng):
-    """``n`` Options for ``model`` over the search space; the first is the defaults' point."""
+    """``n`` Options for ``model`` over the search space of ``base.method``."""
+    if base.method in COORDINATE:
+        return _coordinate_configurations(base, model, rank_sets, n, rng)
     lr0 = base.learn_rate
     regs = _stratified(rng, L2_GRID, n)
     lrs = _stratified(rng, [lr0 * s for s in LR_STEPS], n)
@@ -97,6 +118,45 @@ def sample_configurations(base, model, rank_sets, n, rng):
                            dependent_rate=lrs[k] * dep[k] if variants[k] == "paper" else None)
         out.append(opts)
     return out
+
+
+def _coordinate_configurations(base, model, rank_sets, n, rng):
+    """ALS and MCMC: ranks, init stdev, RaFM's distillation weight c and (ALS) the L2 weight."""
+    ranks = _stratified(rng, rank_sets, n)
+    stdevs = _stratified(rng, [base.init_stdev * s for s in INIT_STDEV_STEPS], n)
+    weights = _stratified(rng, DEP_WEIGHTS, n)
+    regs = _stratified(rng, ALS_L2_GRID, n)
+    out = []
+    for k in range(n):
+        opts = replace(base, model=model, ranks=tuple(ranks[k]), init_stdev=stdevs[k])
+        if model == "rafm" and len(opts.ranks) > 1:
+            opts = replace(opts, dependent_weight=weights[k])
+        if base.method == "als":
+            opts = replace(opts, reg_factors=(regs[k],))
+        out.append(opts)
+    return out
+
+
+def advance_coordinate(data, validation, opts, until, watch):
+    """Run an ALS or MCMC trial from its seed to ``until`` iterations (MCMC: with the burn-in of
+    the whole chain); returns its progress as :func:`_advance` does, and the result."""
+    from rafmcli.options import burn_in_default
+    from rafmcli.solvers.coordinate import train
+
+    burn_in = burn_in_default(opts.iters) if opts.burn_in is None else opts.burn_in
+    result = train(data, replace(opts, iters=until, burn_in=min(burn_in, until - 1)), validation=validation,
+                   quiet=True, progress=False)
+    history = result.history
+    if opts.method == "mcmc":  # the running average: the last iteration's
+        best_epoch = len(history)
+    else:
+        best_epoch = min(range(1, len(history) + 1),
+                         key=lambda e: (metrics.loss_of(watch, history[e - 1][watch]), e))
+    value = history[best_epoch - 1][watch]
+    stopped = len(history) < until
+    return {"diverged": False, "epochs": len(history), "best_epoch": best_epoch, "value": value,
+            "score": metrics.loss_of(watch, value), "done": stopped or until >= opts.iters,
+            "params": result.model.n_params}, result
 
 
 # ---- worker processes ------------------------------------------------------------------------
@@ -141,12 +201,18 @@ def _init_worker(folder):
 
 def _advance(job):
     """Train trial ``number`` to ``until`` epochs from its checkpoint; return its progress."""
-    from rafmcli.errors import DivergedError
     from rafmcli.solvers.sgd import Training
 
-    number, opts, until = job
+    number, opts, until, watch = job
     path = os.path.join(_WORKER["folder"], f"trial-{number}.pickle")
     start = time.perf_counter()
+    if opts.method in COORDINATE:
+        try:
+            progress, _ = advance_coordinate(_WORKER["train"], _WORKER["valid"], opts, until, watch)
+        except DivergedError:
+            progress = {"diverged": True, "epochs": until, "best_epoch": 0, "value": math.nan, "score": math.inf,
+                        "done": True, "params": 0}
+        return {"number": number, **progress, "seconds": time.perf_counter() - start, "pid": os.getpid()}
     if os.path.exists(path):
         with open(path, "rb") as fh:
             run = pickle.load(fh)
@@ -198,8 +264,9 @@ class Search:
         self.rng = np.random.default_rng(settings.seed)
         self.rank_sets = {m: ranksets.candidates(train.counts, train.n_rows, m) for m in settings.models}
         self.base = replace(DEFAULTS, task=settings.task, method=settings.method, iters=settings.iters,
-                            early_stop=settings.early_stop, seed=settings.seed, metric=settings.metric,
-                            learn_rate=method_default(settings.method, "learn_rate"), threads=1)
+                            early_stop=settings.early_stop, seed=settings.seed, metric=settings.metric, threads=1,
+                            **{name: method_default(settings.method, name)
+                               for name in ("learn_rate", "init_stdev", "reg_linear", "reg_factors")})
         self.started = time.perf_counter()
         self.folder = None
         self.pool = None
@@ -215,9 +282,10 @@ class Search:
         for model in self.s.models:
             base = self.base
             first = []
-            if index == 0:  # rafm train's defaults first: its ranks and rate, each L2 it races
+            if index == 0:  # rafm train's defaults first: its ranks and rate, each L2 it races (sgd methods)
                 choice = ranksets.choose(self.train.counts, self.train.n_rows, model)
-                first = [replace(base, model=model, ranks=choice.ranks, reg_factors=(c,)) for c in L2_CHOICES][:n]
+                l2 = L2_CHOICES if base.method not in COORDINATE else base.reg_factors
+                first = [replace(base, model=model, ranks=choice.ranks, reg_factors=(c,)) for c in l2][:n]
             for opts in first + sample_configurations(base, model, self.rank_sets[model], n - len(first),
                                                       self.rng):
                 new.append(Trial(len(self.trials) + len(new), opts, bracket=index))
@@ -225,9 +293,10 @@ class Search:
         return new
 
     def _rungs(self, skip):
-        """Epoch counts of the rungs: a tenth of --iter times ETA^k, the last one --iter; ``skip`` first
-        ones dropped."""
-        rungs, e = [], max(1, round(FIRST_RUNG_SHARE * self.s.iters))
+        """Epoch counts of the rungs: a tenth (mcmc: a fifth) of --iter times ETA^k, the last one --iter;
+        ``skip`` first ones dropped."""
+        share = MCMC_FIRST_RUNG_SHARE if self.s.method == "mcmc" else FIRST_RUNG_SHARE
+        rungs, e = [], max(1, round(share * self.s.iters))
         while e < self.s.iters:
             rungs.append(e)
             e *= ETA
@@ -286,6 +355,11 @@ class Search:
 
         rows = np.arange(min(self.train.n_rows, 64))
         small = self.train.subset(rows)
+        if self.base.method in COORDINATE:
+            for model in self.s.models:
+                ranks = (4, 16) if model != "fm" else (4,)
+                advance_coordinate(small, small, replace(self.base, model=model, ranks=ranks, iters=2), 2, self.watch)
+            return
         for model in self.s.models:
             ranks = (4, 16) if model != "fm" else (4,)
             for variant in (RAFM_VARIANTS if model == "rafm" else ("paper",)):
@@ -307,7 +381,7 @@ class Search:
     def _race(self, trials, rungs, bracket):
         alive = list(trials)
         for r, until in enumerate(rungs):
-            jobs = [(t.number, t.opts, until) for t in alive if not t.done]
+            jobs = [(t.number, t.opts, until, self.watch) for t in alive if not t.done]
             self.echo(f"bracket {bracket + 1}, rung {r + 1}/{len(rungs)}: {len(alive)} trials to {until} epochs "
                       f"({len(jobs)} to train)")
             self._run_jobs(jobs)
@@ -374,9 +448,17 @@ _TIMEOUTS = _timeouts()
 
 
 def describe(trial):
-    """A short line for a trial: model, ranks, L2, rate (and variant, rho_d)."""
+    """A short line for a trial: model, ranks, L2, rate (and variant, rho_d; init stdev and c)."""
     row = trial.row()
-    text = f"{row['model']} ranks {row['ranks']}, L2 {row['l2']:g}, lr {row['learn_rate']:g}"
+    text = f"{row['model']} ranks {row['ranks']}"
+    if not math.isnan(row["l2"]):
+        text += f", L2 {row['l2']:g}"
+    if not math.isnan(row["learn_rate"]):
+        text += f", lr {row['learn_rate']:g}"
+    else:
+        text += f", init stdev {row['init_stdev']:g}"
+    if not math.isnan(row["dependent_weight"]) and trial.opts.method in COORDINATE:
+        text += f", c {row['dependent_weight']:g}"
     if row["variant"] != "-":
         text += f", {row['variant']}"
         if not math.isnan(row["dependent_rate"]):

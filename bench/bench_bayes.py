@@ -12,7 +12,9 @@ github.com/srendle/libfm; this script never builds it).
   libFM; the headline rows mean +- sd over seeds 1, 2, 3, the others seed 1);
   ALS, SGDA and AdaGrad stop early on 10% of u1.base held out (libFM's ALS
   and SGDA run 100 iterations; SGDA learns on that 10%). "c 0" rows switch
-  off RaFM's distillation term (--dependent-weight 0).
+  off RaFM's distillation term (--dependent-weight 0). Without --meta, rafm infers the
+  feature groups from the rows (one-hot fields: users and items with ids only);
+  "1 group" rows switch that off (--no-auto-groups), as libFM without -meta.
 * speed: seconds per MCMC iteration, FM rank 8 and 32 (ids), rafm on 1 and 2
   threads and libFM, each in a fresh process, side by side.
 * click: the rating >= 4 task, MCMC (probit) against AdaGrad: logloss, AUC.
@@ -138,12 +140,17 @@ def accuracy(binary):
           f"SGDA and AdaGrad early-stopped on 10% of u1.base; seconds: one run, wall clock, shared machine")
     print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<16}{'test RMSE':>18}{'seeds':>7}{'seconds':>9}")
     c0 = ("--dependent-weight", 0)
+    one = ("--no-auto-groups",)
     rows = [
         ("fm", "8", "ids", "mcmc", (), SEEDS), ("fm", "32", "ids", "mcmc", (), SEEDS),
-        ("rafm", "8,32", "ids", "mcmc", (), SEEDS), ("rafm", "8,32", "ids", "mcmc c 0", c0, (1,)),
+        ("rafm", "8,32", "ids", "mcmc", (), SEEDS), ("rafm", "16,32", "ids", "mcmc", (), SEEDS),
+        ("fm", "32", "ids", "mcmc 1 group", one, (1,)), ("rafm", "8,32", "ids", "mcmc 1 group", one, (1,)),
+        ("rafm", "8,32", "ids", "mcmc c 0", c0, (1,)),
         ("rafm", "32,128", "ids", "mcmc", (), (1,)), ("rafm", "32,128", "ids", "mcmc c 0", c0, (1,)),
         ("difacto", "8,32", "ids", "mcmc", (), (1,)),
         ("fm", "32", "ids+meta", "mcmc", (), (1,)), ("rafm", "8,32", "ids+meta", "mcmc", (), (1,)),
+        ("fm", "32", "side", "mcmc", (), (1,)), ("rafm", "8,32", "side", "mcmc", (), (1,)),
+        ("fm", "32", "side", "mcmc 1 group", one, (1,)), ("rafm", "8,32", "side", "mcmc 1 group", one, (1,)),
         ("fm", "8", "side+meta", "mcmc", (), (1,)), ("fm", "32", "side+meta", "mcmc", (), SEEDS),
         ("rafm", "8,32", "side+meta", "mcmc", (), SEEDS),
         ("fm", "8", "ids", "als", (), (1,)), ("fm", "32", "ids", "als", (), (1,)),
@@ -235,18 +242,20 @@ def click_task(binary):
     print("ml-100k u1, rating >= 4 as the positive class: test logloss and AUC")
     print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<22}{'logloss':>9}{'AUC':>8}")
     for model, ranks, data, method in (("fm", "8", "ids", "mcmc"), ("fm", "32", "ids", "mcmc"),
-                                       ("rafm", "8,32", "ids", "mcmc"), ("fm", "8", "side+meta", "mcmc"),
+                                       ("rafm", "8,32", "ids", "mcmc"), ("fm", "32", "ids", "mcmc 1 group"),
+                                       ("rafm", "8,32", "ids", "mcmc 1 group"), ("rafm", "8,32", "side", "mcmc"),
+                                       ("fm", "8", "side+meta", "mcmc"),
                                        ("rafm", "8,32", "side+meta", "mcmc"),
                                        ("fm", "8", "ids", "adagrad"), ("rafm", "8,32", "ids", "adagrad"),
                                        ("fm", "8", "side+meta", "adagrad")):
         kind = data.split("+")[0] + "-click"
-        args = ["--model", model, "--ranks", ranks, "--method", method]
+        args = ["--model", model, "--ranks", ranks, "--method", method.split()[0]]
         shown = method
         if "meta" in data:
             args += ["--meta", files(kind)["meta"]] if method == "mcmc" else []
-        if method == "mcmc":
-            args += ["--iter", ITERS]
-            shown = "mcmc (probit)"
+        if method.startswith("mcmc"):
+            args += ["--iter", ITERS] + (["--no-auto-groups"] if "group" in method else [])
+            shown = method.replace("mcmc", "mcmc (probit)")
         else:
             point = adagrad_point(kind, model, tuple(map(int, ranks.split(","))), task="c")
             args += ["--learn-rate", point["learn_rate"], "--regular", f"0,0,{point['reg_factors'][0]}"]

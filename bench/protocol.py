@@ -72,7 +72,14 @@ def defaults(name, model, seed, folder, verbose):
 
 
 def describe(row):
-    text = f"{row['ranks']} L2 {float(row['l2']):g} lr {float(row['learn_rate']):g}"
+    text = row["ranks"]
+    for name, shown in (("l2", "L2"), ("learn_rate", "lr")):
+        if row[name] != "NaN":
+            text += f" {shown} {float(row[name]):g}"
+    if row["learn_rate"] == "NaN":  # als, mcmc
+        text += f" init {float(row['init_stdev']):g}"
+        if row["dependent_weight"] != "NaN":
+            text += f" c {float(row['dependent_weight']):g}"
     if row["variant"] != "-":
         text += f" {row['variant']}"
         if row["dependent_rate"] != "NaN":

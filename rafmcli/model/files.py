@@ -12,6 +12,7 @@ rows of ``sample_w0`` [K-1], ``sample_w`` [K-1, features] and ``sample_V``
 draw) still load.
 """
 
+import contextlib
 import functools
 import json
 import math
@@ -20,7 +21,7 @@ import zlib
 
 import numpy as np
 
-from rafmcli import __version__
+from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
 from rafmcli.io.output import Outputs
 from rafmcli.model.layout import Model, OptimizerState, aligned_zeros
@@ -54,21 +55,60 @@ def write(model, fh, state=False):
         header["optimizer_state"] = {"method": model.state.method, "steps": int(model.state.steps)}
         arrays.update({"state_" + name: getattr(model.state, name) for name in OptimizerState.ARRAYS})
     others = model.samples[:-1]
-    with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("model.json", json.dumps(header, indent=1))
+    with _archive(fh) as member:
+        with member("model.json", force_zip64=False) as out:
+            out.write(json.dumps(header, indent=1).encode())
         for name, arr in arrays.items():
-            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+            with member(name + ".npy") as out:
                 np.lib.format.write_array(out, np.ascontiguousarray(arr), allow_pickle=False)
         if others:
-            with zf.open("sample_w0.npy", "w") as out:
+            with member("sample_w0.npy", force_zip64=False) as out:
                 np.lib.format.write_array(out, np.array([s[0] for s in others], dtype=np.float64))
             for k, name in ((1, "sample_w"), (2, "sample_V")):
-                _write_rows(zf, name, [s[k] for s in others])
+                _write_rows(member, name, [s[k] for s in others])
 
 
-def _write_rows(zf, name, rows):
+@contextlib.contextmanager
+def _archive(fh):
+    """member(name): a member of a zip archive written into ``fh``, safe to interrupt.
+
+    zipfile cannot close an archive while a member is open, and a signal
+    (rafmcli.signals) may land anywhere, even inside a ``with`` block's exit:
+    the members opened here are closed first, each open and close with
+    signals held, so an interrupted save leaves no "Exception ignored" noise
+    (the staged file is discarded anyway); the archive is also released
+    with signals held, as a signal inside its ``__del__`` would be lost.
+    """
+    zf, members = None, []
+
+    @contextlib.contextmanager
+    def member(name, force_zip64=True):
+        with signals.held():
+            members.append(zf.open(name, "w", force_zip64=force_zip64))
+        out = members[-1]
+        try:
+            yield out
+        finally:
+            with signals.held():
+                out.close()
+
+    try:
+        with signals.held():  # a signal held here is raised at the end of the block, inside the try
+            zf = zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED)
+        yield member
+    finally:
+        with signals.held():
+            for out in members:
+                out.close()  # a no-op once closed
+            if zf is not None:
+                zf.close()
+            members.clear()
+            zf = None
+
+
+def _write_rows(member, name, rows):
     """Stack equal-length float32 ``rows`` into ``name.npy``, one row at a time (no stacked copy)."""
-    with zf.open(name + ".npy", "w", force_zip64=True) as out:
+    with member(name + ".npy") as out:
         np.lib.format.write_array_header_2_0(
             out, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
                   "shape": (len(rows), rows[0].shape[0])})

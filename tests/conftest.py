@@ -1,5 +1,6 @@
 import hashlib
 import os
+import signal
 import tempfile
 
 import pytest
@@ -24,6 +25,11 @@ def _kernel_source_hash():
 if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subprocesses inherit it
     os.environ["NUMBA_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "rafm-test-numba",
                                                  _kernel_source_hash())
+
+# A shell's background job (`pytest &`) starts with SIGINT ignored, rafm children would inherit
+# that, and rafm rightly leaves an ignored signal ignored: the Ctrl-C tests need it caught.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

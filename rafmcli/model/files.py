@@ -76,8 +76,7 @@ def _archive(fh):
     (rafmcli.signals) may land anywhere, even inside a ``with`` block's exit:
     the members opened here are closed first, each open and close with
     signals held, so an interrupted save leaves no "Exception ignored" noise
-    (the staged file is discarded anyway); the archive is also released
-    with signals held, as a signal inside its ``__del__`` would be lost.
+    (the staged file is discarded anyway).
     """
     zf, members = None, []
 
@@ -102,8 +101,6 @@ def _archive(fh):
                 out.close()  # a no-op once closed
             if zf is not None:
                 zf.close()
-            members.clear()
-            zf = None
 
 
 def _write_rows(member, name, rows):

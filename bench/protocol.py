@@ -2,6 +2,7 @@
 
     python bench/protocol.py [--sets ml100k-ids,...] [--models fm,rafm,difacto] [--trials 27]
                              [--seeds 1,2,3] [--method adagrad] [--threads N]
+                             [--top-rank D] [--iter N]
 
 For every set (bench/datasets.py) and model: `rafm tune --models MODEL --trials N --seed S`
 on the training file (validation: its seeded 10% hold-out), the winner predicts the test
@@ -9,7 +10,8 @@ file; and `rafm train --model MODEL` with no hyper-parameter option at all, on t
 hold-out. Prints, per set and model, the test metric (RMSE or logloss) as mean ± sd over
 the seeds, the winner's configuration (first seed), its parameters and training seconds,
 and the defaults' test metric and its distance from the tuned one. Every command runs as
-a user would type it; the commands are printed with --verbose.
+a user would type it; the commands are printed with --verbose. ``--top-rank D`` compares
+the models at one top rank (the RaFM paper's tables), ``--iter`` sets tune's last rung.
 """
 
 import json
@@ -43,13 +45,13 @@ def test_metric(task, test_file, predictions):
     return evaluate(task, labels, np.loadtxt(predictions))["rmse" if task == "r" else "logloss"]
 
 
-def tuned(name, model, seed, trials, method, threads, folder, verbose):
+def tuned(name, model, seed, trials, method, threads, folder, verbose, extra=()):
     """Tune ``model`` on set ``name`` with one seed: (test metric, winner's table row)."""
     files, task = datasets.paths(name), datasets.SETS[name]
     table, pred = os.path.join(folder, "table.tsv"), os.path.join(folder, "tuned.pred")
     args = ["tune", "--task", task, "--train", files["train"], "--models", model, "--trials", str(trials),
             "--method", method, "--seed", str(seed), "--table", table, "--test", files["test"], "--out", pred,
-            "--quiet"]
+            "--quiet", *extra]
     if threads:
         args += ["--threads", str(threads)]
     rafm(args, verbose)
@@ -94,11 +96,15 @@ def describe(row):
 @click.option("--seeds", default="1,2,3", show_default=True)
 @click.option("--method", default="adagrad", show_default=True)
 @click.option("--threads", type=int, help="rafm tune --threads (default: all CPUs)")
+@click.option("--top-rank", type=int, help="rafm tune --top-rank: every model at this top rank")
+@click.option("--iter", "iters", type=int, help="rafm tune --iter (default: tune's)")
 @click.option("--json", "json_path", help="also write the results as JSON lines here")
 @click.option("--verbose", is_flag=True, help="print every rafm command on stderr")
-def main(sets, models, trials, seeds, method, threads, json_path, verbose):
+def main(sets, models, trials, seeds, method, threads, top_rank, iters, json_path, verbose):
     seeds = [int(s) for s in seeds.split(",")]
-    print(f"rafm tune --trials {trials} --method {method} per model, seeds {seeds}; test metric mean ± sd; "
+    extra = (["--top-rank", str(top_rank)] if top_rank else []) + (["--iter", str(iters)] if iters else [])
+    print(f"rafm tune --trials {trials} --method {method} {' '.join(extra)} per model, seeds {seeds}; "
+          f"test metric mean ± sd; "
           f"defaults: rafm train --model M with no hyper-parameter option")
     print(f"{'set':<13}{'model':<9}{'tuned test':>18}  {'winner (seed ' + str(seeds[0]) + ')':<48}{'params':>10}"
           f"{'train s':>9}{'defaults test':>20}{'vs tuned':>9}  default ranks")
@@ -107,7 +113,7 @@ def main(sets, models, trials, seeds, method, threads, json_path, verbose):
     for name in sets.split(","):
         for model in models.split(","):
             with tempfile.TemporaryDirectory() as folder:
-                runs = [tuned(name, model, s, trials, method, threads, folder, verbose) for s in seeds]
+                runs = [tuned(name, model, s, trials, method, threads, folder, verbose, extra) for s in seeds]
                 plain = [defaults(name, model, s, folder, verbose) for s in seeds]
             test = np.array([r[0] for r in runs])
             base = np.array([p[0] for p in plain])
@@ -119,7 +125,7 @@ def main(sets, models, trials, seeds, method, threads, json_path, verbose):
                   f"{gap:>+9.1%}  {','.join(map(str, plain[0][2]))}")
             sys.stdout.flush()
             if out:
-                out.write(json.dumps({"set": name, "model": model, "method": method, "trials": trials,
+                out.write(json.dumps({"set": name, "model": model, "method": method, "trials": trials, "extra": extra,
                                       "seeds": seeds, "tuned": test.tolist(), "defaults": base.tolist(),
                                       "winners": [r[1] for r in runs], "default_params": plain[0][1],
                                       "default_ranks": list(plain[0][2])}) + "\n")

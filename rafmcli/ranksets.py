@@ -12,6 +12,10 @@ ranks come from the histogram of n_i:
 * rank sets are powers of two up to D_max, levels a factor 4 or 16 apart
   (the paper's sets S_1-S_3 are 16 and 4 apart), two or three levels, each
   top level holding at least ``MIN_TOP_FEATURES`` features by Eq. 17.
+
+A given top rank (`rafm tune --top-rank`, for comparing models at the same
+D_max as the paper's tables do) replaces the rule's D_max, and then every
+lower power of two may be a level: a fixed top leaves few sets 4 or 16 apart.
 """
 
 from dataclasses import dataclass
@@ -53,14 +57,28 @@ def usable(counts, ranks):
     return bool(np.all(level_sizes(counts, ranks)[1:] >= MIN_TOP_FEATURES))
 
 
-def candidates(counts, n_rows, model):
-    """The rank sets `rafm tune` searches for ``model``: FM ranks, or two- and three-level sets."""
+def candidates(counts, n_rows, model, top=None):
+    """The rank sets `rafm tune` searches for ``model``: FM ranks, or two- and three-level sets;
+    with ``top``, only sets whose top rank is ``top`` (FM: that rank alone)."""
+    if top is not None:
+        return _candidates_under(counts, model, top)
     top = top_rank(counts, n_rows)
     ranks = powers_of_two(MIN_RANK, top)
     if model == "fm":
         return [(d,) for d in ranks]
     sets = [(d, d * s) for s in STEPS for d in ranks if d * s <= top]
     sets += [(d, 4 * d, 16 * d) for d in ranks if 16 * d <= top]
+    sets = [s for s in sets if usable(counts, s)]
+    return sets or [(top,)]
+
+
+def _candidates_under(counts, model, top):
+    """Rank sets ending in ``top``: every lower power of two as level 1, and three levels
+    (d, e, top) with powers of two d < e < top."""
+    if model == "fm":
+        return [(top,)]
+    lower = [d for d in powers_of_two(MIN_RANK, top) if d < top]
+    sets = [(d, top) for d in lower] + [(d, e, top) for d in lower for e in lower if d < e]
     sets = [s for s in sets if usable(counts, s)]
     return sets or [(top,)]
 
@@ -73,14 +91,18 @@ class Choice:
     why: str
 
 
-def choose(counts, n_rows, model):
-    """`rafm train`'s ranks when neither --ranks nor --dim is given (see module notes)."""
-    top = top_rank(counts, n_rows)
+def choose(counts, n_rows, model, top=None):
+    """`rafm train`'s ranks when neither --ranks nor --dim is given (see module notes); with
+    ``top``, the same rule under that top rank."""
     n_features = int(np.asarray(counts).shape[0])
-    reach = int((np.asarray(counts) >= top).sum())
-    basis = (f"{reach:,} of {n_features:,} features occur at least {top} times in {n_rows:,} rows "
-             f"(top rank: the largest power of two reached by {MIN_TOP_FEATURES}+ features, "
-             f"at most sqrt(rows))")
+    if top is None:
+        top = top_rank(counts, n_rows)
+        reach = int((np.asarray(counts) >= top).sum())
+        basis = (f"{reach:,} of {n_features:,} features occur at least {top} times in {n_rows:,} rows "
+                 f"(top rank: the largest power of two reached by {MIN_TOP_FEATURES}+ features, "
+                 f"at most sqrt(rows))")
+    else:
+        basis = f"top rank {top} as given"
     if model == "fm":
         return Choice((top,), basis)
     for step in (16, 4):

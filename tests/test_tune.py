@@ -56,6 +56,31 @@ def test_rank_candidates_follow_the_histogram():
     assert ranksets.candidates(counts, 100_000, "fm") == [(d,) for d in (4, 8, 16, 32, 64, 128, 256)]
 
 
+def test_a_given_top_rank_is_every_models_top():
+    """--top-rank: FM gets that rank, RaFM every set ending in it whose levels hold features."""
+    rng = np.random.default_rng(0)
+    counts = np.concatenate([rng.integers(1, 20, 5000), rng.integers(200, 3000, 40)])
+    assert ranksets.candidates(counts, 100_000, "fm", top=32) == [(32,)]
+    sets = ranksets.candidates(counts, 100_000, "rafm", top=32)
+    assert sorted(sets) == sorted([(4, 32), (8, 32), (16, 32), (4, 8, 32), (4, 16, 32), (8, 16, 32)])
+    assert ranksets.choose(counts, 100_000, "rafm", top=32).ranks == (8, 32)
+    assert ranksets.choose(counts, 100_000, "fm", top=32).ranks == (32,)
+
+
+def test_tune_top_rank_end_to_end(sample, tmp_path):
+    """Every trial of `rafm tune --top-rank 16` tops out at rank 16, and RaFM searches lower levels."""
+    table = tmp_path / "t.tsv"
+    result = run(["tune", "--task", "r", "--train", sample("regression.train"), "--validation",
+                  sample("regression.validation"), "--models", "fm,rafm", "--trials", "4", "--method", "mcmc",
+                  "--iter", "4", "--top-rank", "16", "--threads", "1", "--quiet", "--table", str(table)])
+    assert result.exit_code == 0, result.output
+    rows = [line.split("\t") for line in table.read_text().splitlines()[1:]]
+    ranks = {(r[1], r[2]) for r in rows}
+    assert {k for m, k in ranks if m == "fm"} == {"16"}
+    assert all(k.split(",")[-1] == "16" for m, k in ranks)
+    assert len({k for m, k in ranks if m == "rafm"}) > 1
+
+
 def test_concat_keeps_rows_and_counts(sample):
     a = read_dataset(sample("regression.train"))
     b = read_dataset(sample("regression.validation"))

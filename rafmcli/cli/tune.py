@@ -68,6 +68,10 @@ class ModelList(click.ParamType):
                    "default) are searched; als: L2 and init stdev; mcmc: init stdev (it draws its "
                    "regularisation); ranks always, and RaFM's variant and rho_d (sgd methods) or its "
                    "distillation weight c (als, mcmc).")
+@click.option("--top-rank", type=click.IntRange(1, 2**31 - 1),
+              help="Compare the models at this top rank, as the RaFM paper's tables do: FM gets this rank, "
+                   "RaFM and DiFacto rank sets ending in it (every lower power of two as a level).  "
+                   "[default: top ranks searched from the data's histogram]")
 @click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
               help="Most epochs (als, mcmc: iterations) a trial trains (the last rung of successive halving); "
                    "an MCMC chain runs to its rung, ranked by its running average.")
@@ -87,7 +91,7 @@ class ModelList(click.ParamType):
                    "result whatever --threads.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @no_cache_option
-def tune(task, train_file, validation, holdout, models, trials, budget, metric, method, iters, early_stop,
+def tune(task, train_file, validation, holdout, models, trials, budget, metric, method, top_rank, iters, early_stop,
          table, save_model, refit, test, out, threads, seed, quiet, no_cache):
     """Tune FM, RaFM and DiFacto on validation data, as the RaFM paper's experiments do.
 
@@ -129,7 +133,7 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
 
     settings = Settings(task=task, models=models, trials=trials, budget=budget * 60 if budget else None,
                         metric=metric, method=method, iters=iters, early_stop=early_stop, seed=seed,
-                        workers=threads or _cores())
+                        workers=threads or _cores(), top_rank=top_rank)
     echo = (lambda text: None) if quiet else (lambda text: click.echo(f"rafm tune: {text}", err=True))
     search = Search(settings, data, valid, echo)
     if not quiet:

@@ -248,6 +248,7 @@ class Settings:
     early_stop: int
     seed: int
     workers: int
+    top_rank: int | None = None  # every model's top rank, or None: searched from the data
 
 
 class Search:
@@ -262,7 +263,8 @@ class Search:
         self.watch = metrics.early_stop_metric(settings.task, settings.metric)
         self.trials = []
         self.rng = np.random.default_rng(settings.seed)
-        self.rank_sets = {m: ranksets.candidates(train.counts, train.n_rows, m) for m in settings.models}
+        self.rank_sets = {m: ranksets.candidates(train.counts, train.n_rows, m, settings.top_rank)
+                          for m in settings.models}
         self.base = replace(DEFAULTS, task=settings.task, method=settings.method, iters=settings.iters,
                             early_stop=settings.early_stop, seed=settings.seed, metric=settings.metric, threads=1,
                             **{name: method_default(settings.method, name)
@@ -283,7 +285,7 @@ class Search:
             base = self.base
             first = []
             if index == 0:  # rafm train's defaults first: its ranks and rate, each L2 it races (sgd methods)
-                choice = ranksets.choose(self.train.counts, self.train.n_rows, model)
+                choice = ranksets.choose(self.train.counts, self.train.n_rows, model, self.s.top_rank)
                 l2 = L2_CHOICES if base.method not in COORDINATE else base.reg_factors
                 first = [replace(base, model=model, ranks=choice.ranks, reg_factors=(c,)) for c in l2][:n]
             for opts in first + sample_configurations(base, model, self.rank_sets[model], n - len(first),

@@ -13,7 +13,8 @@ median and range; rows/s is the file's rows over the whole command:
   ``--test``: the test set's share (reading it from the cache, predicting,
   writing);
 * in-process, the pieces of a prediction: loading the model, re-opening the
-  cached file, mapping ids and counting unseen ones, the kernel, writing.
+  cached file, ``predict_dataset`` (mapping ids, counting unseen ones and the
+  kernel: one pass since issue 11's stop 17, two before), writing.
 
 ``--baseline DIR`` runs the same with another rafm checkout side by side.
 """
@@ -47,8 +48,8 @@ with open(out, "wb") as fh:
 times = {}
 t = time.perf_counter(); model = files.load(model_path); times["load model"] = time.perf_counter() - t
 t = time.perf_counter(); data = reader.read_dataset(path); times["re-open cached file"] = time.perf_counter() - t
-t = time.perf_counter(); rows = P.kernel_rows(model, data); times["map ids, count unseen"] = time.perf_counter() - t
-t = time.perf_counter(); scores = P.predict_rows(model, rows); times["prediction kernel"] = time.perf_counter() - t
+t = time.perf_counter(); scores = P.predict_dataset(model, data).values
+times["map ids, count unseen, predict"] = time.perf_counter() - t
 t = time.perf_counter()
 with open(out, "wb") as fh:
     output.format_predictions(fh, scores)

@@ -53,9 +53,14 @@ def _sample_margins(model, rows):
     from rafmcli.kernels.forward import predict_scores
 
     indptr, indices, values = rows[:3]
+    return _each_sample(model, lambda *params: predict_scores(indptr, indices, values, *params, model.nested))
+
+
+def _each_sample(model, score):
+    """score(lev, widths, offsets, V, w, w0) for every kept draw (one: the model itself)."""
     lev, widths, offsets = model.kernel_model()[:3]
     for w0, w, V in model.samples or [(model.w0, model.w, model.V)]:
-        yield predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, model.nested)
+        yield score(lev, widths, offsets, V, w, w0)
 
 
 def margin_rows(model, rows):
@@ -88,8 +93,40 @@ def refuse_nan(name, values):
 
 
 def predict_dataset(model, data, raw=False):
-    """Predictions (margins when ``raw``) and the unseen-feature counts for a Dataset; NaN is an error."""
-    rows = kernel_rows(model, data)
-    values = margin_rows(model, rows) if raw else predict_rows(model, rows)
-    refuse_nan(data.path, values)
-    return Predictions(values, rows[3], rows[4])
+    """Predictions (margins when ``raw``) and the unseen-feature counts for a Dataset; NaN is an error.
+
+    Straight from the rows' original ids through an id table (:func:`_by_id`), or,
+    when the ids are too sparse for one, through ``kernel_rows``.
+    """
+    found = _by_id(model, data, raw)
+    if found is None:
+        rows = kernel_rows(model, data)
+        found = Predictions(margin_rows(model, rows) if raw else predict_rows(model, rows), rows[3], rows[4])
+    refuse_nan(data.path, found.values)
+    return found
+
+
+def _by_id(model, data, raw):
+    """Predictions made by the kernel that maps ids as it goes (kernels/forward.py
+    predict_scores_by_id), over a table of every id up to the largest the model or the
+    rows hold; None when that table would exceed max(2^24, 4 non-zeros) entries."""
+    from rafmcli.kernels.forward import UNSEEN_MET, predict_scores_by_id
+    from rafmcli.kernels.rows import id_table
+
+    ids = np.asarray(data.indices)
+    known = model.feature_ids
+    top = max(int(known.max()) if known.shape[0] else 0, int(ids.max()) if ids.shape[0] else 0)
+    if top >= max(1 << 24, 4 * ids.shape[0]):
+        return None
+    table = id_table(known, top + 1)
+    values = np.asarray(data.values if data.values is not None else np.empty(0, dtype=np.float32))
+    unseen = []
+
+    def score(*params):
+        margins, misses = predict_scores_by_id(np.asarray(data.indptr), ids, values, table, *params, model.nested)
+        unseen.append(misses)
+        return margins
+
+    margins = _each_sample(model, score)
+    scores = _mean(margins if raw else (finish(model, s) for s in margins))
+    return Predictions(scores, unseen[0], int(np.count_nonzero(table == UNSEEN_MET)))

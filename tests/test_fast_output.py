@@ -92,3 +92,50 @@ def test_unseen_features_counted_as_a_plain_count_does():
         keep = seen[a:b]
         assert idx[ptr[r]:ptr[r + 1]].tolist() == [position[int(i)] for i in indices[a:b][keep]]
         np.testing.assert_array_equal(val[ptr[r]:ptr[r + 1]], values[a:b][keep])
+
+
+@pytest.mark.parametrize("kind,ranks", [("rafm", (2, 5)), ("difacto", (2, 3, 7))])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_predicting_by_original_id_is_predicting_mapped_rows(monkeypatch, kind, ranks, n_threads):
+    """predict_dataset maps ids inside the kernel (predict_scores_by_id): bit for bit the
+    scores of the rows kernel_rows builds, and the same unseen counts; ids beyond the
+    model's largest, empty rows, rows of unseen features only, an MCMC model's samples,
+    any number of threads."""
+    from rafmcli import predict as P
+    from rafmcli.kernels import forward as F
+
+    monkeypatch.setattr(F, "SMALL_PREDICTION", 0)
+    monkeypatch.setattr(F, "PREDICTION_CHUNKS", 7)
+    monkeypatch.setattr("rafmcli.threads._DEFAULT", {"threads": n_threads})
+    rng = np.random.default_rng(len(ranks))
+    known = rng.choice(5000, 700, replace=False)
+    model = build(kind, "c", ranks, known, rng.integers(1, len(ranks) + 1, 700), 0.3, rng, 0.1, (0, 1))
+    model.w[:] = rng.normal(0, 0.5, 700)
+    model.samples = [(0.2, model.w * 0.5, model.V * 2), (model.w0, model.w, model.V)]
+    lengths = rng.integers(0, 12, 3000)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, 6000, indptr[-1]).astype(np.int32)
+    indices[indptr[5]:indptr[6]] = 5999  # a row of one unseen feature, repeated
+    for values in (rng.random(indptr[-1]).astype(np.float32), None):
+        data = Dataset("d", np.zeros(3000), indptr, indices, values, np.zeros(0, np.int32), np.zeros(0))
+        rows = kernel_rows(model, data)
+        for raw in (False, True):
+            got = P._by_id(model, data, raw)
+            want = P.margin_rows(model, rows) if raw else P.predict_rows(model, rows)
+            np.testing.assert_array_equal(got.values, want)
+            assert (got.unseen, got.unseen_distinct) == rows[3:]
+            assert rows[3] > 0 and rows[4] < rows[3]
+
+
+def test_ids_too_sparse_for_a_table_are_predicted_through_mapped_rows():
+    from rafmcli import predict as P
+
+    rng = np.random.default_rng(4)
+    model = build("fm", "r", (4,), np.array([3, 1 << 30]), np.ones(2), 0.3, rng, 0.0, (-9, 9))
+    data = Dataset("d", np.zeros(2), np.array([0, 2, 3]), np.array([3, 1 << 30, 7], np.int32), None,
+                   np.zeros(0, np.int32), np.zeros(0))
+    assert P._by_id(model, data, False) is None
+    found = P.predict_dataset(model, data, raw=True)
+    V = model.V.reshape(2, 4)
+    assert found.values[0] == pytest.approx(float(model.w.sum() + V[0] @ V[1]))
+    assert found.values[1] == 0.0 and (found.unseen, found.unseen_distinct) == (1, 1)

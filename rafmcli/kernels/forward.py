@@ -224,3 +224,91 @@ def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offs
             a, b = indptr[r], indptr[r + 1]
             pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
             out[r] = w0 + linear_part(a, b, indices, values, w) + pair
+
+
+UNSEEN = -1  # an id table's entry for an id the model never saw
+UNSEEN_MET = -2  # ... and that the rows being predicted hold (marked by predict_scores_by_id)
+
+
+def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested, n_threads=None):
+    """:func:`predict_scores` for rows holding original feature ids, mapped on the fly
+    through ``table`` (internal id, or UNSEEN; ids below its length): no rows in
+    internal ids are ever built. Entries of unseen features contribute nothing; their
+    table entries become UNSEEN_MET, so that the distinct unseen ids can be counted
+    afterwards. Returns (scores, how many entries were unseen)."""
+    from rafmcli import threads
+
+    n = indptr.shape[0] - 1
+    out = np.empty(n)
+    n_chunks = max(1, min(n, PREDICTION_CHUNKS))
+    misses = threads.spread(_predict_chunks_by_id, n_chunks, n_chunks, indptr, ids, values, table, lev, widths,
+                            offsets, V, w, float(w0), nested, out,
+                            threads=1 if n < SMALL_PREDICTION else n_threads)
+    return out, sum(misses)
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def _map_row(a, b, ids, values, table, idx, val, at):
+    """Entries a..b-1 of a row in internal ids (and their values) into idx, val from
+    position ``at``; unseen ones are left out and their table entries marked UNSEEN_MET.
+    Returns the position after the last entry kept."""
+    has_values = values.shape[0] > 0
+    for k in range(a, b):
+        j = table[ids[k]]
+        if j >= 0:
+            idx[at] = j
+            if has_values:
+                val[at] = values[k]
+            at += 1
+        elif j == UNSEEN:  # two threads may both write: the same value
+            table[ids[k]] = UNSEEN_MET
+    return at
+
+
+BY_ID_AHEAD = 2  # rows mapped (and their factors prefetched) ahead of the row predicted
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested,
+                          out):
+    """out[r] for the rows of chunks lo..hi-1 (:func:`predict_scores_by_id`); returns the
+    unseen entries. Pipelined: the table entries of row r + BY_ID_AHEAD + 1 are prefetched,
+    row r + BY_ID_AHEAD is mapped into a ring of BY_ID_AHEAD + 1 row buffers and its factors
+    prefetched, then row r is predicted from its buffer with :func:`predict_scores`'s row kernels."""
+    n = indptr.shape[0] - 1
+    m = widths.shape[0]
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
+    Q = np.empty(m)
+    R = np.empty(m)
+    B = np.empty(m)
+    first, stop = lo * n // n_chunks, hi * n // n_chunks
+    longest = 0
+    for r in range(first, stop):
+        longest = max(longest, indptr[r + 1] - indptr[r])
+    slots = BY_ID_AHEAD + 1
+    idx = np.empty(slots * longest, dtype=np.int32)
+    val = np.empty(slots * longest if values.shape[0] else 0, dtype=np.float32)
+    ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
+    for r in range(first, min(first + BY_ID_AHEAD, stop)):
+        at = (r - first) % slots * longest
+        ends[(r - first) % slots] = _map_row(indptr[r], indptr[r + 1], ids, values, table, idx, val, at)
+    used = 0
+    for r in range(first, stop):
+        ahead = r + BY_ID_AHEAD
+        if ahead + 1 < stop:
+            for k in range(indptr[ahead + 1], indptr[ahead + 2]):
+                prefetch(table, ids[k])
+        if ahead < stop:
+            slot = (ahead - first) % slots
+            ends[slot] = _map_row(indptr[ahead], indptr[ahead + 1], ids, values, table, idx, val, slot * longest)
+            prefetch_row(slot * longest, ends[slot], idx, lev, widths, offsets, V, V[:0], w, w[:0])
+        slot = (r - first) % slots
+        a, b = slot * longest, ends[slot]
+        pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
+        out[r] = w0 + linear_part(a, b, idx, val, w) + pair
+        used += b - a
+    return indptr[stop] - indptr[first] - used

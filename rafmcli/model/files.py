@@ -14,8 +14,11 @@ draw) still load.
 
 import contextlib
 import functools
+import io
 import json
 import math
+import mmap
+import struct
 import zipfile
 import zlib
 
@@ -24,7 +27,7 @@ import numpy as np
 from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
 from rafmcli.io.output import Outputs
-from rafmcli.model.layout import Model, OptimizerState, aligned_zeros
+from rafmcli.model.layout import CACHE_LINE, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
 
 FORMAT_NAME = "rafm-model"
@@ -83,7 +86,7 @@ def _archive(fh):
     @contextlib.contextmanager
     def member(name, force_zip64=True):
         with signals.held():
-            members.append(zf.open(name, "w", force_zip64=force_zip64))
+            members.append(zf.open(_aligned_info(zf, name, force_zip64), "w", force_zip64=force_zip64))
         out = members[-1]
         try:
             yield out
@@ -101,6 +104,19 @@ def _archive(fh):
                 out.close()  # a no-op once closed
             if zf is not None:
                 zf.close()
+
+
+ALIGN_EXTRA = 0xD935  # the zip extra field that pads a member's data to an alignment (as Android's zipalign)
+
+
+def _aligned_info(zf, name, zip64):
+    """A ZipInfo for ``name`` whose local header is padded (an ALIGN_EXTRA field) so that
+    the member's data starts on a cache line of the file: a .npy array there (its header
+    is padded to 64 bytes) can then be mapped in place by load() (:class:`_Members`)."""
+    info = zipfile.ZipInfo(name)
+    start = zf.start_dir + LOCAL_HEADER.size + len(name.encode()) + (20 if zip64 else 0) + 6
+    info.extra = struct.pack("<HHH", ALIGN_EXTRA, 2 + -start % CACHE_LINE, CACHE_LINE) + bytes(-start % CACHE_LINE)
+    return info
 
 
 def _write_rows(member, name, rows):
@@ -171,50 +187,205 @@ def check_header_v1(header):
     return kind, task, ranks, n, sizes, float(w0), (float(low), float(high)), info
 
 
-def _read_array(zf, name, dtype, shape=None, aligned=False):
-    """``name``.npy, refused unless it is a C-order ``dtype`` array of ``shape``
-    (an int: that many items; None: flat, any length), checked from its .npy
-    header before any memory is allocated."""
-    if isinstance(shape, int):
-        shape = (shape,)
-    try:
-        fh = zf.open(name + ".npy")
-    except KeyError:
-        raise Damaged(f"no {name}.npy") from None
-    with fh:
+class _Members:
+    """The members of an open model archive, read as checked arrays (:meth:`array`).
+
+    Stored (uncompressed) members of a file that can be mapped are mapped, not
+    read: copy-on-write (``mmap.ACCESS_COPY``), so the arrays are writable like
+    read ones (continued training may change them) and the file is never
+    written. Pages come from the page cache as they are first used; the only
+    pass over them at load is the check of their CRC-32 and, for floats, that
+    every value is finite, one pass on every core (:func:`_check_mapped`).
+    Compressed members, and any file that cannot be mapped, are read through
+    zipfile as before; every check is the same either way.
+    """
+
+    def __init__(self, zf, path):
+        self.zf = zf
+        self.names = set(zf.namelist())
+        self.mapped = _map_file(path)
+        self.not_finite = {}  # name -> how many values of that float array are inf or NaN
+
+    def finite(self, name):
+        """Every value of the float array ``name`` (already read) is finite."""
+        return self.not_finite[name] == 0
+
+    def span(self, info):
+        """(offset, size) of a stored member's bytes in the mapped file, or None to read it
+        through zipfile (compressed, encrypted, not mapped, or a local header that zipfile
+        would refuse: zipfile then gives its own error)."""
+        mm = self.mapped
+        if mm is None or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+            return None
+        head = mm[info.header_offset:info.header_offset + LOCAL_HEADER.size]
+        if len(head) < LOCAL_HEADER.size:
+            return None
+        magic, name_length, extra_length = LOCAL_HEADER.unpack(head)
+        start = info.header_offset + LOCAL_HEADER.size + name_length + extra_length
+        name = mm[info.header_offset + LOCAL_HEADER.size:info.header_offset + LOCAL_HEADER.size + name_length]
+        if (magic != zipfile.stringFileHeader or name != info.orig_filename.encode(
+                "utf-8" if info.flag_bits & 0x800 else "cp437") or start + info.compress_size > len(mm)
+                or info.compress_size != info.file_size):
+            return None
+        return start, info.file_size
+
+    def array(self, name, dtype, shape=None, aligned=False):
+        """``name``.npy, refused unless it is a C-order ``dtype`` array of ``shape``
+        (an int: that many items; None: flat, any length), checked from its .npy
+        header before any memory is allocated or mapped. ``aligned``: starting on a
+        cache line (a mapped array always does, or it is copied: :func:`_aligned_info`)."""
+        if isinstance(shape, int):
+            shape = (shape,)
         try:
-            version = np.lib.format.read_magic(fh)
-            if version not in ((1, 0), (2, 0)):
-                raise Damaged(f"{name}.npy has .npy version {version}")
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            found, fortran, got = read_header(fh)
-        except Damaged:
-            raise
-        except ValueError as exc:
-            raise Damaged(f"{name}.npy: {exc}") from None
-        if got != np.dtype(dtype) or (fortran and len(found) > 1) or (
-                found != shape if shape is not None else len(found) != 1):
-            expected = "(N,)" if shape is None else str(shape)
-            raise Damaged(f"{name}.npy is {got} of shape {found}, expected {np.dtype(dtype)} of shape {expected}")
-        out = aligned_zeros(found[0], dtype) if aligned else np.empty(found, dtype)
-        buf = memoryview(out).cast("B")
-        done = 0
-        while done < len(buf):
-            got = fh.readinto(buf[done:])
-            if not got:
-                raise Damaged(f"{name}.npy is truncated")
-            done += got
-        if fh.read(1):
+            info = self.zf.getinfo(name + ".npy")
+        except KeyError:
+            raise Damaged(f"no {name}.npy") from None
+        span = self.span(info)
+        if span is None:
+            with self.zf.open(info) as fh:
+                found = _npy_header(fh, name, dtype, shape)
+                out = _read_into(fh, name, found, dtype, aligned)
+            if out.dtype.kind == "f":
+                from rafmcli.kernels.checks import not_finite
+
+                self.not_finite[name] = not_finite(out.reshape(-1))
+            return out
+        start, size = span
+        head = io.BytesIO(self.mapped[start:start + min(size, NPY_HEADER_MAX)])
+        found = _npy_header(head, name, dtype, shape)
+        offset, count = head.tell(), math.prod(found)
+        room = size - offset - count * np.dtype(dtype).itemsize
+        if room < 0:
+            raise Damaged(f"{name}.npy is truncated")
+        if room > 0:
             raise Damaged(f"{name}.npy has bytes beyond its array")
+        out = np.frombuffer(self.mapped, dtype=dtype, count=count, offset=start + offset)
+        self.not_finite[name] = _check_mapped(self.mapped, start, size, offset, out, info)
+        if out.ctypes.data % CACHE_LINE:  # a file not written by this rafm: copied, as a read would
+            out = aligned_copy(out) if aligned else out.copy()
+        return out.reshape(found)
+
+
+LOCAL_HEADER = struct.Struct("<4s22xHH")  # a zip local file header: magic, ..., name and extra lengths
+NPY_HEADER_MAX = 1 << 16  # bytes of a member searched for its .npy header (numpy reads at most 10,000)
+CHECK_PIECE = 1 << 23  # bytes of a mapped member checked at a time (CRC-32, then finiteness while cached)
+
+
+def _map_file(path):
+    """The whole file mapped copy-on-write, or None where it cannot be (a pipe, an empty file)."""
+    try:
+        with open(path, "rb") as fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
+
+
+def _npy_header(fh, name, dtype, shape):
+    """The shape of the .npy array starting at ``fh``, refused unless its dtype is
+    ``dtype``, it is C-ordered and it has ``shape`` (None: flat, any length)."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version not in ((1, 0), (2, 0)):
+            raise Damaged(f"{name}.npy has .npy version {version}")
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        found, fortran, got = read_header(fh)
+    except Damaged:
+        raise
+    except ValueError as exc:
+        raise Damaged(f"{name}.npy: {exc}") from None
+    if got != np.dtype(dtype) or (fortran and len(found) > 1) or (
+            found != shape if shape is not None else len(found) != 1):
+        expected = "(N,)" if shape is None else str(shape)
+        raise Damaged(f"{name}.npy is {got} of shape {found}, expected {np.dtype(dtype)} of shape {expected}")
+    return found
+
+
+def _read_into(fh, name, found, dtype, aligned):
+    """The array of shape ``found`` read from the rest of the member ``fh`` (zipfile checks its CRC-32)."""
+    out = aligned_zeros(found[0], dtype) if aligned else np.empty(found, dtype)
+    buf = memoryview(out).cast("B")
+    done = 0
+    while done < len(buf):
+        got = fh.readinto(buf[done:])
+        if not got:
+            raise Damaged(f"{name}.npy is truncated")
+        done += got
+    if fh.read(1):
+        raise Damaged(f"{name}.npy has bytes beyond its array")
     return out
 
 
-def read_model_v1(zf, header):
+def _check_mapped(mapped, start, size, offset, values, info):
+    """The CRC-32 of a mapped member (bytes ``start``..``start+size`` of ``mapped``)
+    against the archive's, as zipfile checks it on a read; returns how many of its
+    float ``values`` (from byte ``offset`` of the member) are inf or NaN (0 for other
+    dtypes). Pieces of CHECK_PIECE bytes on every core: each piece's CRC, then its
+    values while they are still cached; the CRCs are combined (:func:`crc32_combine`)."""
+    from rafmcli import threads
+    from rafmcli.kernels.checks import not_finite
+
+    member = memoryview(mapped)[start:start + size]
+    pieces = max(1, size // CHECK_PIECE)
+    floats = values.dtype.kind == "f"
+    item = values.dtype.itemsize
+
+    def check(lo, hi):
+        crcs, bad = [], 0
+        for p in range(lo, hi):
+            a, b = p * size // pieces, (p + 1) * size // pieces
+            crcs.append((zlib.crc32(member[a:b]), b - a))
+            first, stop = (max(0, min(values.shape[0], -(-(x - offset) // item))) for x in (a, b))
+            if floats and stop > first:
+                bad += not_finite(values[first:stop])
+        return crcs, bad
+
+    done = threads.spread(check, pieces, threads=1 if pieces < 4 else None)
+    crc = 0
+    for crcs, _ in done:
+        for piece_crc, length in crcs:
+            crc = crc32_combine(crc, piece_crc, length)
+    member.release()
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    return sum(bad for _, bad in done)
+
+
+CRC32_POLY = 0xEDB88320  # the reflected CRC-32 polynomial of zip and zlib
+
+
+def _crc_multiply(a, b):
+    """a b modulo the CRC-32 polynomial (reflected bit order: bit 31 is x^0)."""
+    product, m = 0, 1 << 31
+    while a:
+        if a & m:
+            product ^= b
+            a ^= m
+        m >>= 1
+        b = (b >> 1) ^ CRC32_POLY if b & 1 else b >> 1
+    return product
+
+
+def crc32_combine(crc1, crc2, length2):
+    """The CRC-32 of A + B from crc1 = CRC-32(A), crc2 = CRC-32(B) and len(B) (zlib's
+    crc32_combine): crc1 times x^(8 len(B)) modulo the polynomial, plus crc2."""
+    power, square = 1 << 31, 1 << 30  # x^0, then x^(2^k) for the bits k of 8 len(B)
+    n = 8 * length2
+    while n:
+        if n & 1:
+            power = _crc_multiply(power, square)
+        square = _crc_multiply(square, square)
+        n >>= 1
+    return _crc_multiply(power, crc1) ^ crc2
+
+
+def read_model_v1(members, header):
     """A version-1 model: the header, then feature_ids, levels, w and V checked against it."""
+    from rafmcli.kernels.checks import ids_distinct
+
     kind, task, ranks, n, sizes, w0, target, info = check_header_v1(header)
-    feature_ids = _read_array(zf, "feature_ids", np.int32, n)
-    levels = _read_array(zf, "levels", np.int8, n)
+    feature_ids = members.array("feature_ids", np.int32, n)
+    levels = members.array("levels", np.int8, n)
     if n and (levels.min() < 1 or levels.max() > len(ranks)):
         raise Damaged(f"levels.npy holds levels outside 1..{len(ranks)}")
     if np.any(np.diff(levels.astype(np.int64)) > 0):
@@ -222,42 +393,42 @@ def read_model_v1(zf, header):
     model = Model(kind, task, ranks, feature_ids, levels, w0, None, None, target[0], target[1], info)
     if model.sizes.tolist() != sizes:
         raise Damaged(f"levels.npy gives level sizes {model.sizes.tolist()}, the header {sizes}")
-    if n and (feature_ids.min() < 0 or np.unique(feature_ids).shape[0] != n):
+    if n and (feature_ids.min() < 0 or not ids_distinct(feature_ids)):
         raise Damaged("feature_ids.npy holds negative or repeated ids")
-    model.w = _read_array(zf, "w", np.float32, n)
-    model.V = _read_array(zf, "V", np.float32, int(sum(int(s) * int(d) for s, d in zip(sizes, model.widths))),
-                          aligned=True)
+    model.w = members.array("w", np.float32, n)
+    model.V = members.array("V", np.float32, int(sum(int(s) * int(d) for s, d in zip(sizes, model.widths))),
+                            aligned=True)
     for name in ("w", "V"):
-        if not np.isfinite(getattr(model, name)).all():
+        if not members.finite(name):
             raise Damaged(f"{name}.npy holds values that are not finite")
-    if "group_of.npy" in zf.namelist():
-        model.vocabulary = _read_vocabulary(zf, n)
+    if "group_of.npy" in members.names:
+        model.vocabulary = _read_vocabulary(members, n)
     return model
 
 
-def read_model_v2(zf, header):
+def read_model_v2(members, header):
     """Version 2: version 1 plus "link" and "samples"; an MCMC model's K-1
     earlier draws as rows of sample_w0 [K-1], sample_w [K-1, F], sample_V [K-1, |V|]."""
     if not isinstance(header, dict):
         raise Damaged("header is not a JSON object")
     link = _field(header, "link", str, lambda v: v in LINKS, "logit or probit")
     samples = _field(header, "samples", int, lambda v: v >= 1, "a positive integer")
-    model = read_model_v1(zf, header)
+    model = read_model_v1(members, header)
     model.link = link
     if "optimizer_state" in header:
-        model.state = _read_state(zf, header, model)
+        model.state = _read_state(members, header, model)
     if samples > 1:
         k, n = samples - 1, model.w.shape[0]
-        w0s = _read_array(zf, "sample_w0", np.float64, k)
-        ws = _read_array(zf, "sample_w", np.float32, (k, n))
-        Vs = _read_array(zf, "sample_V", np.float32, (k, model.V.shape[0]))
-        if not (np.isfinite(w0s).all() and np.isfinite(ws).all() and np.isfinite(Vs).all()):
+        w0s = members.array("sample_w0", np.float64, k)
+        ws = members.array("sample_w", np.float32, (k, n))
+        Vs = members.array("sample_V", np.float32, (k, model.V.shape[0]))
+        if not all(members.finite(name) for name in ("sample_w0", "sample_w", "sample_V")):
             raise Damaged("the sample arrays hold values that are not finite")
         model.samples = [(float(w0s[j]), ws[j], Vs[j]) for j in range(k)] + [(model.w0, model.w, model.V)]
     return model
 
 
-def _read_state(zf, header, model):
+def _read_state(members, header, model):
     """The optimizer state saved for continued training: accumulators empty or in
     the layout of V (aligned) and w, and the bias pair."""
     opt = _field(header, "optimizer_state", dict, lambda v: isinstance(v.get("method"), str) and isinstance(
@@ -266,30 +437,30 @@ def _read_state(zf, header, model):
     arrays = {}
     for name, size in (("V1", model.V.shape[0]), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
                        ("w2", model.w.shape[0])):
-        arrays[name] = _read_array(zf, "state_" + name, np.float32, aligned=name.startswith("V"))
-        if arrays[name].shape[0] not in (0, size) or not np.isfinite(arrays[name]).all():
+        arrays[name] = members.array("state_" + name, np.float32, aligned=name.startswith("V"))
+        if arrays[name].shape[0] not in (0, size) or not members.finite("state_" + name):
             raise Damaged(f"state_{name}.npy has {arrays[name].shape[0]} values, not 0 or {size}, "
                           f"or values that are not finite")
-    arrays["bias"] = _read_array(zf, "state_bias", np.float64, 2)
+    arrays["bias"] = members.array("state_bias", np.float64, 2)
     return OptimizerState(opt["method"], **arrays, steps=opt["steps"])
 
 
-def _read_vocabulary(zf, n_features):
+def _read_vocabulary(members, n_features):
     """An implicit model's group values, each array checked against the others."""
     from rafmcli.model.vocabulary import Vocabulary
 
-    group_of = _read_array(zf, "group_of", np.int32, n_features)
-    group_ptr = _read_array(zf, "group_ptr", np.int64)
-    count = _read_array(zf, "value_count", np.int64)
-    ptr = _read_array(zf, "value_ptr", np.int64, count.shape[0] + 1)
+    group_of = members.array("group_of", np.int32, n_features)
+    group_ptr = members.array("group_ptr", np.int64)
+    count = members.array("value_count", np.int64)
+    ptr = members.array("value_ptr", np.int64, count.shape[0] + 1)
     if not _offsets(group_ptr, count.shape[0]) or not _offsets(ptr, None):
         raise Damaged("group_ptr.npy or value_ptr.npy is not a run of offsets")
-    feat = _read_array(zf, "value_features", np.int32, int(ptr[-1]))
-    x = _read_array(zf, "value_x", np.float32, int(ptr[-1]))
+    feat = members.array("value_features", np.int32, int(ptr[-1]))
+    x = members.array("value_x", np.float32, int(ptr[-1]))
     n_groups = group_ptr.shape[0] - 1
     if (group_of.size and (group_of.min() < 0 or group_of.max() >= n_groups)
             or feat.size and (feat.min() < 0 or feat.max() >= n_features)
-            or count.size and count.min() < 0 or not np.isfinite(x).all()):
+            or count.size and count.min() < 0 or not members.finite("value_x")):
         raise Damaged("the group values (group_of, value_features, value_x, value_count) are out of range")
     return Vocabulary(group_of, group_ptr, ptr, feat, x, count)
 
@@ -300,7 +471,7 @@ def _offsets(ptr, end):
             and (end is None or ptr[-1] == end))
 
 
-READERS = {1: read_model_v1, 2: read_model_v2}  # format_version -> reader(zipfile, header) -> Model
+READERS = {1: read_model_v1, 2: read_model_v2}  # format_version -> reader(_Members, header) -> Model
 
 
 def load(path, text_ok=False):
@@ -331,7 +502,7 @@ def load(path, text_ok=False):
             if not isinstance(version, int) or isinstance(version, bool) or version not in READERS:
                 raise InputError(f"{printable(path)}: model format version {version} is not supported by "
                                  f"rafm {__version__} (it reads versions {', '.join(map(str, READERS))})")
-            return READERS[version](zf, header)
+            return READERS[version](_Members(zf, path), header)
     except Damaged as exc:
         raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error) as exc:

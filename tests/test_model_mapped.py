@@ -1,0 +1,111 @@
+"""Model files opened at stream speed (issue 11): stored members are mapped in place,
+copy-on-write, and checked as a read checks them (CRC-32, finite values), piece by
+piece on every core."""
+
+import os
+import zipfile
+import zlib
+
+import numpy as np
+import pytest
+
+from rafmcli.errors import InputError
+from rafmcli.model import files
+from rafmcli.model.layout import CACHE_LINE, build
+
+
+def test_crc32_combine_is_zlibs():
+    rng = np.random.default_rng(1)
+    data = rng.bytes(5000)
+    for cut in (0, 1, 7, 64, 2500, 4999, 5000):
+        a, b = data[:cut], data[cut:]
+        assert files.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(data)
+
+
+def model_file(tmp_path, n_features=3000, ranks=(4, 32), name="m.rafm"):
+    rng = np.random.default_rng(2)
+    model = build("rafm", "r", ranks, rng.choice(10**6, n_features, replace=False),
+                  rng.integers(1, 3, n_features), 0.1, rng, 0.5, (0, 5))
+    model.w[:] = rng.normal(0, 1, n_features)
+    files.save(model, str(tmp_path / name))
+    return model, tmp_path / name
+
+
+
+
+def test_stored_arrays_are_mapped_on_a_cache_line_and_copy_on_write(tmp_path):
+    model, path = model_file(tmp_path)
+    loaded = files.load(str(path))
+    for name in ("feature_ids", "levels", "w", "V"):
+        array = getattr(loaded, name)
+        np.testing.assert_array_equal(array, getattr(model, name))
+        base = array
+        while isinstance(base, np.ndarray):
+            base = base.base
+        assert isinstance(base, memoryview) and type(base.obj).__name__ == "mmap", name  # mapped, not read
+        assert array.ctypes.data % CACHE_LINE == 0 and array.flags.writeable
+    before = path.read_bytes()
+    loaded.V[:] = 7.0  # continued training writes into V: never into the file
+    assert path.read_bytes() == before
+    np.testing.assert_array_equal(files.load(str(path)).V, model.V)
+
+
+def rewrite(path, out, compression):
+    """The archive at ``path`` written again by plain zipfile (no alignment), with ``compression``."""
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w", compression) as dst:
+        for name in src.namelist():
+            dst.writestr(name, src.read(name))
+    return out
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_archives_of_other_writers_load_the_same(tmp_path, compression):
+    """Unaligned stored members are checked in place, then copied; compressed ones are read."""
+    model, path = model_file(tmp_path)
+    loaded = files.load(str(rewrite(path, tmp_path / "other.rafm", compression)))
+    for name in ("feature_ids", "levels", "w", "V"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
+    assert loaded.V.ctypes.data % CACHE_LINE == 0
+
+
+def data_offset(path, member):
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset + 26)
+        name, extra = np.frombuffer(fh.read(4), np.uint16)
+    return info.header_offset + 30 + int(name) + int(extra), info.file_size
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_damage_in_any_piece_of_a_mapped_member_is_found(tmp_path, monkeypatch, aligned):
+    """A flipped byte anywhere in V (its CRC-32) and a NaN anywhere in it, checked in
+    pieces of 4 KiB on every core: one line, as a read reports them."""
+    monkeypatch.setattr(files, "CHECK_PIECE", 4096)
+    model, path = model_file(tmp_path)
+    if not aligned:
+        path = rewrite(path, tmp_path / "plain.rafm", zipfile.ZIP_STORED)
+    start, size = data_offset(path, "V.npy")
+    good = path.read_bytes()
+    rng = np.random.default_rng(3)
+    n = model.V.shape[0]
+    for where in [size - 4 * n, size - 4 * n + 100, size - 1, *rng.integers(size - 4 * n, size, 5)]:
+        bad = bytearray(good)  # a byte of the array flipped (the .npy header's own checks come first)
+        bad[start + where] ^= 0x10
+        path.write_bytes(bytes(bad))
+        with pytest.raises(InputError, match=r"damaged model file \(Bad CRC-32 for file 'V.npy'\)"):
+            files.load(str(path))
+    for where in [0, n - 1, *rng.integers(0, n, 3)]:
+        broken = model.V.copy()
+        broken[where] = np.nan
+        model.V, kept = broken, model.V
+        files.save(model, str(tmp_path / "nan.rafm"))
+        model.V = kept
+        nan_path = tmp_path / "nan.rafm"
+        if not aligned:
+            nan_path = rewrite(nan_path, tmp_path / "nan-plain.rafm", zipfile.ZIP_STORED)
+        with pytest.raises(InputError, match=r"damaged model file \(V.npy holds values that are not finite\)"):
+            files.load(str(nan_path))
+    path.write_bytes(good)
+    np.testing.assert_array_equal(files.load(str(path)).V, model.V)
+    assert os.path.getsize(path) == len(good)

@@ -174,6 +174,7 @@ class _FMEstimator:
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
                  metric=None, holdout=None, burn_in=None, keep_samples=None, keep_means=None, auto_groups=None,
+                 shared_precision=None,
                  beta1=None, beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
         self.model = model
         self.ranks = ranks
@@ -198,6 +199,7 @@ class _FMEstimator:
         self.keep_samples = keep_samples
         self.keep_means = keep_means
         self.auto_groups = auto_groups
+        self.shared_precision = shared_precision
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps

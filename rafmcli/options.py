@@ -43,6 +43,7 @@ class Options:
     keep_samples: int = 10
     keep_means: bool = True      # mcmc: kept samples are stretch means (False: draws)
     auto_groups: bool = True     # sgda, als, mcmc without --meta or libFFM fields: groups from the rows (fields.py)
+    shared_precision: bool = True  # mcmc: groups share each prior precision, keep their own means (coordinate.py)
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -89,15 +90,15 @@ METHOD_DEFAULTS = {
 # Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.
 # (als and mcmc take dependent_weight: the weight c of RaFM's distillation term.)
 _SGD_ONLY = ("learn_rate", "dependent_rate", "variant")
-_UNGROUPED = ("burn_in", "keep_samples", "keep_means", "auto_groups")
+_UNGROUPED = ("burn_in", "keep_samples", "keep_means", "auto_groups", "shared_precision")
 METHOD_IGNORES = {
     "sgd": _UNGROUPED,
     "adagrad": _UNGROUPED,
     "adam": _UNGROUPED,
-    "als": _SGD_ONLY + ("burn_in", "keep_samples", "keep_means"),
+    "als": _SGD_ONLY + ("burn_in", "keep_samples", "keep_means", "shared_precision"),
     "mcmc": _SGD_ONLY + ("regular", "early_stop"),
     "sgda": ("dependent_rate", "variant", "dependent_weight", "regular", "burn_in", "keep_samples",
-             "keep_means"),
+             "keep_means", "shared_precision"),
 }
 
 

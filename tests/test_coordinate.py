@@ -337,6 +337,40 @@ def test_hyperparameter_draws_have_their_conditional_moments():
     assert alphas.var() == pytest.approx((C.ALPHA_0 + 50) / 2 / ((C.GAMMA_0 + 37.0) / 2) ** 2, rel=0.03)
 
 
+def test_shared_precision_draws_have_their_conditional_moments():
+    """Groups sharing lam (per coordinate): lam ~ Gamma((a0 + Sum_g (n_g + 1))/2,
+    (g0 + Sum_g [b0 (mu_g - mu0)^2 + Sum_{i in g} (theta_i - mu_g)^2])/2), the same draw in every
+    group; then each group's mu_g ~ N((Sum_g theta + b0 mu0)/(n_g + b0), 1/((n_g + b0) lam))."""
+    rng = np.random.default_rng(3)
+    groups = [np.array([0.5, 1.5, 1.0, 2.0]), np.array([-3.0])]  # a group of one feature among them
+    N = 200000
+    stats = [(len(t), t.sum(), (t ** 2).sum()) for t in groups]
+    count, total, square = (np.repeat(np.array([s[k] for s in stats], dtype=float)[:, None], N, 1) for k in range(3))
+    old_mu = np.array([0.3, -1.0])
+    mu, lam = np.repeat(old_mu[:, None], N, 1), np.zeros((2, N))
+    C.draw_hyper(rng, count, total, square, mu, lam, shared=True)
+    np.testing.assert_array_equal(lam[0], lam[1])
+    shape = (C.ALPHA_0 + sum(len(t) + 1 for t in groups)) / 2
+    rate = (C.GAMMA_0 + sum(C.BETA_0 * (m - C.MU_0) ** 2 + ((t - m) ** 2).sum() for t, m in zip(groups, old_mu))) / 2
+    assert lam[0].mean() == pytest.approx(shape / rate, rel=0.01)
+    assert lam[0].var() == pytest.approx(shape / rate ** 2, rel=0.03)
+    for g, t in enumerate(groups):
+        assert mu[g].mean() == pytest.approx((t.sum() + C.BETA_0 * C.MU_0) / (len(t) + C.BETA_0), abs=0.01)
+        assert mu[g].var() == pytest.approx(rate / (shape - 1) / (len(t) + C.BETA_0), rel=0.03)
+
+
+def test_one_group_draws_the_same_with_a_shared_precision():
+    """With one group the shared and the per-group draws are the same, bit for bit."""
+    count, total, square = np.full((1, 3), 5.0), np.array([[1.0, -2.0, 0.5]]), np.array([[3.0, 4.0, 1.0]])
+    out = []
+    for shared in (True, False):
+        mu, lam = np.full((1, 3), 0.2), np.zeros((1, 3))
+        C.draw_hyper(np.random.default_rng(9), count, total, square, mu, lam, shared)
+        out.append((mu, lam))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
 @pytest.mark.parametrize("score", [-2.5, -0.3, 0.4, 3.0])
 @pytest.mark.parametrize("positive", [True, False])
 def test_probit_latent_draws_are_truncated_normals(score, positive):

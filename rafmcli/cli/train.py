@@ -109,6 +109,8 @@ def check_method_options(ctx, method):
                 method, "--burn-in, --keep-samples and --keep-means/--keep-draws are for --method mcmc")
             if name == "auto_groups":
                 why = "feature groups shape the priors and L2 weights of sgda, als and mcmc only"
+            if name == "shared_precision":
+                why = "only mcmc draws prior precisions"
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
 
 
@@ -221,6 +223,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "training rows (features that never share a row) as the groups, said on stderr; numeric "
                    "columns, multi-hot sets and the rest form one more group. --no-auto-groups: one group "
                    "(libFM without -meta).")
+@click.option("--shared-precision/--group-precision", default=D.shared_precision, show_default=True,
+              help="mcmc: the groups share each prior precision (per level and factor coordinate) and keep "
+                   "their own prior means; --group-precision gives each group its own precision as well "
+                   "(libFM's priors), which needs many rows per parameter in every group.")
 @click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
 @click.option("--alpha1", type=FiniteFloatRange(0, 10), default=D.alpha1, show_default=True,
@@ -257,7 +263,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
 def train(task, train_file, validation, holdout, test, out, save_model, init_model, dump_model, save_state,
           model_kind, dim, ranks, levels_file, method, burn_in, keep_samples, keep_means, iters, learn_rate,
           dependent_rate, variant, dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop,
-          metric, meta, auto_groups, negatives,
+          metric, meta, auto_groups, shared_precision, negatives,
           alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, eval_share, top_k, rlog, quiet,
           no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
@@ -392,6 +398,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    reg_factors=reg_factors, init_stdev=init_stdev, bias=bias, linear=linear,
                    seed=seed, threads=threads, early_stop=early_stop, holdout=holdout, metric=metric, burn_in=burn_in,
                    keep_samples=keep_samples, keep_means=keep_means, auto_groups=auto_groups,
+                   shared_precision=shared_precision,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
                    reject_positives=reject_positives, negative_groups=negative_groups,
                    eval_group=eval_group, eval_share=eval_share, top_k=top_k)

@@ -8,7 +8,13 @@ One loop serves both; ALS is MCMC without the draws (libFM TIST 2012, Sec. 4):
   (gamma_0 + beta_0 (mu_g - mu_0)^2 + Sum_{i in g} (theta_i - mu_g)^2)/2) and
   mean mu_g ~ N((Sum theta_i + beta_0 mu_0)/(n_g + beta_0), 1/((n_g + beta_0) lam_g))
   of the linear weights, then the weights; then the same per group, level
-  and factor coordinate for the factors, then the factors
+  and factor coordinate for the factors, then the factors. By default
+  (``opts.shared_precision``) the groups share one lam (per level and
+  coordinate) and keep their own means mu_g (:func:`draw_hyper`): a group's
+  own lam is learnt from its features' values, and where those are mostly
+  prior draws (rare features, or coordinates the data do not use) it drifts
+  towards the hyperprior's scale, 1/sqrt(lam) ~ 1, far wider than the data's;
+  one shared lam is held by the features the data do determine
   (:mod:`rafmcli.kernels.coordinate`). Predictions average the samples after
   the burn-in; classification uses the probit link with latent targets.
   RaFM's dependent vectors are also fitted to the level above (a
@@ -128,14 +134,21 @@ def fixed_priors(reg, widths):
     return Priors(np.zeros_like(reg.linear), reg.linear.copy(), np.zeros_like(lam_v), lam_v)
 
 
-def draw_hyper(rng, count, total, square, mu, lam):
+def draw_hyper(rng, count, total, square, mu, lam, shared=False):
     """Draw lam then mu of every group (libFM's draw_*_lambda, draw_*_mu), in place.
 
-    ``count``, ``total``, ``square``: per group (and coordinate) n_g, Sum theta, Sum theta^2.
+    ``count``, ``total``, ``square``: per group (axis 0, and coordinate) n_g, Sum theta, Sum theta^2.
+    ``shared``: one precision per coordinate for all groups, each group keeping its mean (the
+    Normal-Gamma prior with lam common to the groups' mu_g and theta):
+    lam ~ Gamma((alpha_0 + Sum_g (n_g + 1))/2, (gamma_0 + Sum_g [beta_0 (mu_g - mu_0)^2 +
+    Sum_{i in g} (theta_i - mu_g)^2])/2). With one group both draws are the same.
     """
     spread = square - 2.0 * mu * total + count * mu * mu
-    rate = 0.5 * (GAMMA_0 + BETA_0 * (mu - MU_0) ** 2 + np.maximum(spread, 0.0))
-    lam[...] = rng.gamma(0.5 * (ALPHA_0 + count + 1.0), 1.0 / rate)
+    terms = BETA_0 * (mu - MU_0) ** 2 + np.maximum(spread, 0.0)
+    if shared:
+        lam[...] = rng.gamma(0.5 * (ALPHA_0 + (count + 1.0).sum(axis=0)), 1.0 / (0.5 * (GAMMA_0 + terms.sum(axis=0))))
+    else:
+        lam[...] = rng.gamma(0.5 * (ALPHA_0 + count + 1.0), 1.0 / (0.5 * (GAMMA_0 + terms)))
     precision = (count + BETA_0) * lam
     mu[...] = rng.normal((total + BETA_0 * MU_0) / (count + BETA_0), 1.0 / np.sqrt(precision))
 
@@ -459,10 +472,11 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
                 total = np.bincount(problem.group, weights=w, minlength=problem.n_groups)
                 square = np.bincount(problem.group, weights=np.square(w, dtype=np.float64),
                                      minlength=problem.n_groups)
+                shared = opts.shared_precision
                 if opts.linear:
-                    draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w)
+                    draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w, shared)
                 draw_hyper(rng, *K.group_moments(model.V, model.widths, model.offsets, model.sizes,
-                                                 problem.group, problem.n_groups), priors.mu_v, priors.lam_v)
+                                                 problem.group, problem.n_groups), priors.mu_v, priors.lam_v, shared)
             bad = sweep(problem, priors, alpha, scratch, sampling, keys, workers, opts.linear, opts.dependent_weight)
             seconds = time.perf_counter() - start
             if bad or not math.isfinite(alpha) or not math.isfinite(model.w0):

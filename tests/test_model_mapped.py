@@ -3,6 +3,8 @@ copy-on-write, and checked as a read checks them (CRC-32, finite values), piece 
 piece on every core."""
 
 import os
+import subprocess
+import sys
 import zipfile
 import zlib
 
@@ -31,11 +33,9 @@ def model_file(tmp_path, n_features=3000, ranks=(4, 32), name="m.rafm"):
     return model, tmp_path / name
 
 
-
-
 def test_stored_arrays_are_mapped_on_a_cache_line_and_copy_on_write(tmp_path):
     model, path = model_file(tmp_path)
-    loaded = files.load(str(path))
+    loaded = files.load(str(path), mapped=True)
     for name in ("feature_ids", "levels", "w", "V"):
         array = getattr(loaded, name)
         np.testing.assert_array_equal(array, getattr(model, name))
@@ -62,7 +62,7 @@ def rewrite(path, out, compression):
 def test_archives_of_other_writers_load_the_same(tmp_path, compression):
     """Unaligned stored members are checked in place, then copied; compressed ones are read."""
     model, path = model_file(tmp_path)
-    loaded = files.load(str(rewrite(path, tmp_path / "other.rafm", compression)))
+    loaded = files.load(str(rewrite(path, tmp_path / "other.rafm", compression)), mapped=True)
     for name in ("feature_ids", "levels", "w", "V"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
     assert loaded.V.ctypes.data % CACHE_LINE == 0
@@ -94,7 +94,7 @@ def test_damage_in_any_piece_of_a_mapped_member_is_found(tmp_path, monkeypatch, 
         bad[start + where] ^= 0x10
         path.write_bytes(bytes(bad))
         with pytest.raises(InputError, match=r"damaged model file \(Bad CRC-32 for file 'V.npy'\)"):
-            files.load(str(path))
+            files.load(str(path), mapped=True)
     for where in [0, n - 1, *rng.integers(0, n, 3)]:
         broken = model.V.copy()
         broken[where] = np.nan
@@ -105,7 +105,77 @@ def test_damage_in_any_piece_of_a_mapped_member_is_found(tmp_path, monkeypatch, 
         if not aligned:
             nan_path = rewrite(nan_path, tmp_path / "nan-plain.rafm", zipfile.ZIP_STORED)
         with pytest.raises(InputError, match=r"damaged model file \(V.npy holds values that are not finite\)"):
-            files.load(str(nan_path))
+            files.load(str(nan_path), mapped=True)
     path.write_bytes(good)
     np.testing.assert_array_equal(files.load(str(path)).V, model.V)
     assert os.path.getsize(path) == len(good)
+
+
+def owner(array):
+    while isinstance(array, np.ndarray):
+        array = array.base
+    return array
+
+
+def test_only_rafm_predict_maps_a_model_so_a_loaded_model_can_be_saved_over_its_file(tmp_path):
+    """Loads read by default (the API, continued training, dump): saving a loaded model back
+    over its own file, through a symlink (written in place), keeps it. Mapped, the save
+    truncated the pages the arrays lived on: the process died of SIGBUS, the file left empty."""
+    model, path = model_file(tmp_path, name="real.rafm")
+    assert owner(files.load(str(path)).V) is None or type(owner(files.load(str(path)).V)).__name__ != "mmap"
+    link = tmp_path / "link.rafm"
+    link.symlink_to(path)
+    code = ("import sys; from rafmcli.model import files; m = files.load(sys.argv[1]); "
+            "files.save(m, sys.argv[1]); print(float(m.V.sum()))")
+    done = subprocess.run([sys.executable, "-c", code, str(link)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink()
+    np.testing.assert_array_equal(files.load(str(path)).V, model.V)
+
+
+def test_a_small_model_loads_without_numba(tmp_path):
+    """`rafm dump` and the API load small models with numpy's checks: no numba import (about 1 s)."""
+    _, path = model_file(tmp_path, n_features=300)
+    code = "import sys; from rafmcli.model import files; files.load(sys.argv[1]); print('numba' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def patch_member(path, member, local_offset, central_offset, value):
+    """Set a 2-byte field of ``member``'s local header and central directory entry."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+        central = zf.start_dir
+    data = bytearray(path.read_bytes())
+    data[info.header_offset + local_offset:info.header_offset + local_offset + 2] = value.to_bytes(2, "little")
+    entry = data.index(b"PK\x01\x02" + data[central + 4:central + 8], central)  # first entry; find ours
+    while data[entry + 46:entry + 46 + len(member)] != member.encode():
+        entry = data.index(b"PK\x01\x02", entry + 4)
+    data[entry + central_offset:entry + central_offset + 2] = value.to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+@pytest.mark.parametrize("field,value,what", [(6, 1, "encrypted"), (8, 93, "compression")])
+def test_an_encrypted_or_unknown_member_is_a_damaged_file(tmp_path, mapped, field, value, what):
+    """zipfile's RuntimeError (encrypted) and NotImplementedError (compression method 93)
+    are one line like any damage, not a traceback."""
+    _, path = model_file(tmp_path)
+    patch_member(path, "V.npy", field, field + 2, value)
+    with pytest.raises(InputError, match=r"damaged model file \(") as caught:
+        files.load(str(path), mapped=mapped)
+    assert what in str(caught.value).lower() or "password" in str(caught.value).lower()
+
+
+def test_rafm_predict_maps_its_model(tmp_path, monkeypatch, sample):
+    from click.testing import CliRunner
+
+    from rafmcli.cli import main
+
+    _, path = model_file(tmp_path)
+    calls, load = [], files.load
+    monkeypatch.setattr(files, "load", lambda *args, **kwargs: calls.append(kwargs) or load(*args, **kwargs))
+    result = CliRunner().invoke(main, ["predict", "--model", str(path), "--out", str(tmp_path / "p"),
+                                       sample("regression.test")])
+    assert result.exit_code == 0, result.output
+    assert calls == [{"mapped": True}]

@@ -42,7 +42,7 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
     from rafmcli.model import files as model_files
     from rafmcli.predict import predict_dataset
 
-    model = model_files.load(model_path)
+    model = model_files.load(model_path, mapped=True)
     implicit = model.task == "implicit"
     if (eval_group is not None or exclude_seen) and not (implicit and metrics):
         raise click.UsageError("--eval-group and --exclude-seen need --metrics and an implicit model")

@@ -190,8 +190,8 @@ def check_header_v1(header):
 class _Members:
     """The members of an open model archive, read as checked arrays (:meth:`array`).
 
-    Stored (uncompressed) members of a file that can be mapped are mapped, not
-    read: copy-on-write (``mmap.ACCESS_COPY``), so the arrays are writable like
+    With ``mapped`` (rafm predict: :func:`load`), stored (uncompressed) members of
+    a file that can be mapped are mapped, not read: copy-on-write (``mmap.ACCESS_COPY``), so the arrays are writable like
     read ones (continued training may change them) and the file is never
     written. Pages come from the page cache as they are first used; the only
     pass over them at load is the check of their CRC-32 and, for floats, that
@@ -200,10 +200,10 @@ class _Members:
     zipfile as before; every check is the same either way.
     """
 
-    def __init__(self, zf, path):
+    def __init__(self, zf, mapped):
         self.zf = zf
         self.names = set(zf.namelist())
-        self.mapped = _map_file(path)
+        self.mapped = _map_file(zf.fp) if mapped else None
         self.not_finite = {}  # name -> how many values of that float array are inf or NaN
 
     def finite(self, name):
@@ -246,9 +246,7 @@ class _Members:
                 found = _npy_header(fh, name, dtype, shape)
                 out = _read_into(fh, name, found, dtype, aligned)
             if out.dtype.kind == "f":
-                from rafmcli.kernels.checks import not_finite
-
-                self.not_finite[name] = not_finite(out.reshape(-1))
+                self.not_finite[name] = _not_finite(out.reshape(-1))
             return out
         start, size = span
         head = io.BytesIO(self.mapped[start:start + min(size, NPY_HEADER_MAX)])
@@ -271,13 +269,34 @@ NPY_HEADER_MAX = 1 << 16  # bytes of a member searched for its .npy header (nump
 CHECK_PIECE = 1 << 23  # bytes of a mapped member checked at a time (CRC-32, then finiteness while cached)
 
 
-def _map_file(path):
-    """The whole file mapped copy-on-write, or None where it cannot be (a pipe, an empty file)."""
+NUMPY_CHECK_MAX = 1 << 20  # arrays below this many values are checked with numpy (no numba import)
+
+
+def _map_file(fh):
+    """The whole of the archive's open file ``fh`` mapped copy-on-write (the file zipfile
+    read the directory from), or None where it cannot be (an empty file, no descriptor)."""
     try:
-        with open(path, "rb") as fh:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
-    except (OSError, ValueError):
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError, AttributeError):
         return None
+
+
+def _not_finite(values):
+    """How many of the float ``values`` are inf or NaN (numba's pass only for large arrays)."""
+    if values.shape[0] < NUMPY_CHECK_MAX:
+        return int(values.shape[0] - np.count_nonzero(np.isfinite(values)))
+    from rafmcli.kernels.checks import not_finite
+
+    return not_finite(values)
+
+
+def _ids_distinct(ids):
+    """The int32 ``ids`` are all different (numba's bitmap only for large arrays)."""
+    if ids.shape[0] < NUMPY_CHECK_MAX:
+        return np.unique(ids).shape[0] == ids.shape[0]
+    from rafmcli.kernels.checks import ids_distinct
+
+    return ids_distinct(ids)
 
 
 def _npy_header(fh, name, dtype, shape):
@@ -381,8 +400,6 @@ def crc32_combine(crc1, crc2, length2):
 
 def read_model_v1(members, header):
     """A version-1 model: the header, then feature_ids, levels, w and V checked against it."""
-    from rafmcli.kernels.checks import ids_distinct
-
     kind, task, ranks, n, sizes, w0, target, info = check_header_v1(header)
     feature_ids = members.array("feature_ids", np.int32, n)
     levels = members.array("levels", np.int8, n)
@@ -393,7 +410,7 @@ def read_model_v1(members, header):
     model = Model(kind, task, ranks, feature_ids, levels, w0, None, None, target[0], target[1], info)
     if model.sizes.tolist() != sizes:
         raise Damaged(f"levels.npy gives level sizes {model.sizes.tolist()}, the header {sizes}")
-    if n and (feature_ids.min() < 0 or not ids_distinct(feature_ids)):
+    if n and (feature_ids.min() < 0 or not _ids_distinct(feature_ids)):
         raise Damaged("feature_ids.npy holds negative or repeated ids")
     model.w = members.array("w", np.float32, n)
     model.V = members.array("V", np.float32, int(sum(int(s) * int(d) for s, d in zip(sizes, model.widths))),
@@ -474,13 +491,18 @@ def _offsets(ptr, end):
 READERS = {1: read_model_v1, 2: read_model_v2}  # format_version -> reader(_Members, header) -> Model
 
 
-def load(path, text_ok=False):
+def load(path, text_ok=False, mapped=False):
     """Read a model file; refuse unknown format versions, and any damage: a header
     field missing or of the wrong type or range, an array whose dtype, shape or
     values disagree with the header -> ``MODEL: damaged model file (what)``.
 
     ``text_ok``: a file that is not a zip archive is read as libFM's text model
-    (:func:`rafmcli.model.dump.read_text`).
+    (:func:`rafmcli.model.dump.read_text`). ``mapped`` (rafm predict): stored
+    members are mapped from the file instead of read (:class:`_Members`), no
+    fresh memory for a large model; the arrays then live on the file's pages, so
+    the file must not be truncated or rewritten in place while they are used (the
+    process would die of SIGBUS). Replacing it by a rename, as rafm's own writes
+    of regular files do, is safe.
     """
     if text_ok and not zipfile.is_zipfile(path):
         from rafmcli.model.dump import read_text
@@ -502,10 +524,12 @@ def load(path, text_ok=False):
             if not isinstance(version, int) or isinstance(version, bool) or version not in READERS:
                 raise InputError(f"{printable(path)}: model format version {version} is not supported by "
                                  f"rafm {__version__} (it reads versions {', '.join(map(str, READERS))})")
-            return READERS[version](_Members(zf, path), header)
+            return READERS[version](_Members(zf, mapped), header)
     except Damaged as exc:
         raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError) as exc:
+        raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
+    except RuntimeError as exc:  # zipfile: an encrypted member
         raise InputError(f"{printable(path)}: damaged model file ({exc})") from None
     except OSError as exc:
         raise InputError(f"{printable(path)}: cannot read model file: {exc.strerror or exc}") from None

@@ -190,10 +190,10 @@ def check_header_v1(header):
 class _Members:
     """The members of an open model archive, read as checked arrays (:meth:`array`).
 
-    With ``mapped`` (rafm predict: :func:`load`), stored (uncompressed) members of
-    a file that can be mapped are mapped, not read: copy-on-write (``mmap.ACCESS_COPY``), so the arrays are writable like
-    read ones (continued training may change them) and the file is never
-    written. Pages come from the page cache as they are first used; the only
+    With ``mapped`` (rafm predict: :func:`load`), stored (uncompressed) members
+    of a file that can be mapped are mapped, not read: copy-on-write
+    (``mmap.ACCESS_COPY``), so the arrays are writable like read ones and the
+    file is never written. Pages come from the page cache as they are first used; the only
     pass over them at load is the check of their CRC-32 and, for floats, that
     every value is finite, one pass on every core (:func:`_check_mapped`).
     Compressed members, and any file that cannot be mapped, are read through

@@ -1,6 +1,6 @@
 """MCMC, ALS and SGDA on MovieLens 100K (split u1), side by side with AdaGrad and libFM.
 
-    python3 bench/bench_bayes.py [--libfm PATH] [--section accuracy|speed|click|samples ...]
+    python3 bench/bench_bayes.py [--libfm PATH] [--section accuracy|speed|click|samples|groups ...]
 
 Data as bench/ml100k.py builds it (../shared/datasets/ml-100k, or $RAFM_ML100K):
 u1.base to train, u1.test to score; "ids" is user and item one-hot, "side" adds
@@ -14,12 +14,16 @@ github.com/srendle/libfm; this script never builds it).
   and SGDA run 100 iterations; SGDA learns on that 10%). "c 0" rows switch
   off RaFM's distillation term (--dependent-weight 0). Without --meta, rafm infers the
   feature groups from the rows (one-hot fields: users and items with ids only);
-  "1 group" rows switch that off (--no-auto-groups), as libFM without -meta.
+  "1 group" rows switch that off (--no-auto-groups), as libFM without -meta; the groups share
+  their prior precisions, "own prec" rows give each group its own (--group-precision, libFM's).
 * speed: seconds per MCMC iteration, FM rank 8 and 32 (ids), rafm on 1 and 2
   threads and libFM, each in a fresh process, side by side.
 * click: the rating >= 4 task, MCMC (probit) against AdaGrad: logloss, AUC.
 * samples: what --keep-samples K costs (model file size) and gives (test
   RMSE of the saved model against the whole chain's average).
+* groups: data_samples/ (3,000 rows), MCMC with the inferred groups and shared
+  precisions, with --group-precision and with one group; libFM without and with
+  the true fields as -meta.
 """
 
 import os
@@ -37,7 +41,7 @@ import ml100k  # noqa: E402  (bench/ml100k.py: the data)
 
 ITERS = 200
 SEEDS = (1, 2, 3)
-SECTIONS = ("accuracy", "speed", "click", "samples")
+SECTIONS = ("accuracy", "speed", "click", "samples", "groups")
 
 
 def files(kind):
@@ -141,16 +145,19 @@ def accuracy(binary):
     print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<16}{'test RMSE':>18}{'seeds':>7}{'seconds':>9}")
     c0 = ("--dependent-weight", 0)
     one = ("--no-auto-groups",)
+    own = ("--group-precision",)
     rows = [
         ("fm", "8", "ids", "mcmc", (), SEEDS), ("fm", "32", "ids", "mcmc", (), SEEDS),
         ("rafm", "8,32", "ids", "mcmc", (), SEEDS), ("rafm", "16,32", "ids", "mcmc", (), SEEDS),
         ("fm", "32", "ids", "mcmc 1 group", one, (1,)), ("rafm", "8,32", "ids", "mcmc 1 group", one, (1,)),
+        ("fm", "32", "ids", "mcmc own prec", own, (1,)), ("rafm", "8,32", "ids", "mcmc own prec", own, (1,)),
         ("rafm", "8,32", "ids", "mcmc c 0", c0, (1,)),
         ("rafm", "32,128", "ids", "mcmc", (), (1,)), ("rafm", "32,128", "ids", "mcmc c 0", c0, (1,)),
         ("difacto", "8,32", "ids", "mcmc", (), (1,)),
         ("fm", "32", "ids+meta", "mcmc", (), (1,)), ("rafm", "8,32", "ids+meta", "mcmc", (), (1,)),
         ("fm", "32", "side", "mcmc", (), (1,)), ("rafm", "8,32", "side", "mcmc", (), (1,)),
         ("fm", "32", "side", "mcmc 1 group", one, (1,)), ("rafm", "8,32", "side", "mcmc 1 group", one, (1,)),
+        ("fm", "32", "side", "mcmc own prec", own, (1,)), ("rafm", "8,32", "side", "mcmc own prec", own, (1,)),
         ("fm", "8", "side+meta", "mcmc", (), (1,)), ("fm", "32", "side+meta", "mcmc", (), SEEDS),
         ("rafm", "8,32", "side+meta", "mcmc", (), SEEDS),
         ("fm", "8", "ids", "als", (), (1,)), ("fm", "32", "ids", "als", (), (1,)),
@@ -200,6 +207,60 @@ def accuracy(binary):
               f"{seconds:>9.1f}", flush=True)
 
 
+def groups(binary):
+    """data_samples/ (3,000 training rows; five one-hot fields and a numeric column), MCMC at the
+    default ranks: the inferred groups with shared precisions (default), with each group's own
+    precision (--group-precision, libFM's priors) and one group; libFM FM 32 without and with the
+    true fields as -meta."""
+    from rafmcli.metrics import evaluate
+    from rafmcli.synth import SAMPLE_FIELDS
+
+    root = os.path.dirname(HERE)
+    print(f"data_samples: MCMC {ITERS} iterations, test RMSE (regression) / logloss (classification), "
+          f"mean +- sd over seeds {', '.join(map(str, SEEDS))}")
+    print(f"{'tool':<6}{'model':<16}{'data':<16}{'groups':<34}{'test':>18}")
+    variants = (("inferred, shared precision", ()), ("inferred, --group-precision", ("--group-precision",)),
+                ("one (--no-auto-groups)", ("--no-auto-groups",)))
+    with tempfile.TemporaryDirectory() as tmp:
+        for task, name in (("r", "regression"), ("c", "classification")):
+            base = os.path.join(root, "data_samples", name)
+            truth = np.array([float(line.split(" ", 1)[0]) for line in open(base + ".test.libfm")
+                              if not line.startswith("#")])
+            metric = "rmse" if task == "r" else "logloss"
+            for model, ranks in (("fm", "32"), ("rafm", "8,32"), ("difacto", "8,32")):
+                for shown, extra in variants:
+                    scores = []
+                    for seed in SEEDS:
+                        out = os.path.join(tmp, "p.txt")
+                        subprocess.run([sys.executable, "-m", "rafmcli", "train", "--task", task, "--train",
+                                        base + ".train.libfm", "--test", base + ".test.libfm", "--out", out,
+                                        "--model", model, "--ranks", ranks, "--method", "mcmc", "--iter",
+                                        str(ITERS), "--seed", str(seed), "--quiet", *extra], check=True)
+                        scores.append(evaluate(task, truth, np.loadtxt(out))[metric])
+                    print(f"{'rafm':<6}{model + ' ' + ranks:<16}{name:<16}{shown:<34}{shown_rmse(scores):>18}",
+                          flush=True)
+            if not binary:
+                continue
+            plain = {}
+            for split in ("train", "test"):  # libFM reads no comment lines
+                plain[split] = os.path.join(tmp, f"{name}.{split}.libfm")
+                with open(base + f".{split}.libfm") as src, open(plain[split], "w") as dst:
+                    dst.writelines(line for line in src if not line.startswith("#"))
+            meta = os.path.join(tmp, "fields.meta")
+            with open(meta, "w") as fh:
+                fh.writelines(f"{g}\n" for g, (_, size, _) in enumerate(SAMPLE_FIELDS) for _ in range(size))
+                fh.write(f"{len(SAMPLE_FIELDS)}\n")  # the numeric column
+            for shown, extra in (("the true fields (-meta)", ("-meta", meta)), ("one (no -meta)", ())):
+                scores = []
+                for seed in SEEDS:
+                    out = os.path.join(tmp, "p.txt")
+                    subprocess.run([binary, "-task", task, "-train", plain["train"], "-test", plain["test"], "-out",
+                                    out, "-dim", "1,1,32", "-method", "mcmc", "-init_stdev", "0.1", "-iter",
+                                    str(ITERS), "-seed", str(seed), *extra], check=True, stdout=subprocess.DEVNULL)
+                    scores.append(evaluate(task, truth, np.loadtxt(out))[metric])
+                print(f"{'libFM':<6}{'fm 32':<16}{name:<16}{shown:<34}{shown_rmse(scores):>18}", flush=True)
+
+
 def per_iteration(command, iters):
     """Wall and CPU seconds per iteration of ``command`` (a list with ITER in it): (T(iters) - T(1)) /
     (iters - 1). CPU time (user + system of the child) hardly moves when others share the cores."""
@@ -243,7 +304,8 @@ def click_task(binary):
     print(f"{'tool':<6}{'model':<16}{'data':<11}{'method':<22}{'logloss':>9}{'AUC':>8}")
     for model, ranks, data, method in (("fm", "8", "ids", "mcmc"), ("fm", "32", "ids", "mcmc"),
                                        ("rafm", "8,32", "ids", "mcmc"), ("fm", "32", "ids", "mcmc 1 group"),
-                                       ("rafm", "8,32", "ids", "mcmc 1 group"), ("rafm", "8,32", "side", "mcmc"),
+                                       ("rafm", "8,32", "ids", "mcmc 1 group"), ("fm", "32", "ids", "mcmc own prec"),
+                                       ("rafm", "8,32", "ids", "mcmc own prec"), ("rafm", "8,32", "side", "mcmc"),
                                        ("fm", "8", "side+meta", "mcmc"),
                                        ("rafm", "8,32", "side+meta", "mcmc"),
                                        ("fm", "8", "ids", "adagrad"), ("rafm", "8,32", "ids", "adagrad"),
@@ -255,6 +317,7 @@ def click_task(binary):
             args += ["--meta", files(kind)["meta"]] if method == "mcmc" else []
         if method.startswith("mcmc"):
             args += ["--iter", ITERS] + (["--no-auto-groups"] if "group" in method else [])
+            args += ["--group-precision"] if "own prec" in method else []
             shown = method.replace("mcmc", "mcmc (probit)")
         else:
             point = adagrad_point(kind, model, tuple(map(int, ranks.split(","))), task="c")
@@ -322,7 +385,7 @@ def main(binary, sections):
         if name == "samples":
             samples()
         else:
-            {"accuracy": accuracy, "speed": speed, "click": click_task}[name](binary)
+            {"accuracy": accuracy, "speed": speed, "click": click_task, "groups": groups}[name](binary)
         print(flush=True)
 
 

@@ -250,8 +250,9 @@ class _FMEstimator:
 
         ``ranks`` left at None stays None here: ``fit`` chooses them from the training rows'
         frequency histogram (:func:`rafmcli.ranksets.choose`), as ``rafm train`` does without
-        --ranks; and ``reg_factors`` left at None is raced on the validation rows
-        (:func:`rafmcli.solvers.sgd.race_l2`), as ``rafm train`` does without --regular.
+        --ranks; and ``reg_factors`` and ``learn_rate`` left at None are raced on the validation
+        rows (:func:`rafmcli.solvers.sgd.race`), as ``rafm train`` does without --regular and
+        --learn-rate.
         """
         given = {name: getattr(self, name) for name in _option_names() if getattr(self, name) is not None}
         model = given.get("model", table.DEFAULTS.model)
@@ -345,10 +346,11 @@ class _FMEstimator:
 
             numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
         opts = self._from_data(opts, data)
-        from rafmcli.solvers.sgd import l2_race_choices, train
+        from rafmcli.solvers.sgd import race_choices, train
 
-        race = self.reg_factors is None and init is None  # as rafm train without --regular
-        extra = {"init": init, "l2_choices": l2_race_choices(data, opts) if race else None}
+        # as rafm train without --regular, --learn-rate
+        pairs = race_choices(data, opts, l2=self.reg_factors is None, rate=self.learn_rate is None)
+        extra = {"init": init, "race_pairs": pairs if init is None else None}
 
         def echo(message):
             print(message, file=sys.stderr)

@@ -24,7 +24,7 @@ class Options:
     ranks: tuple | None = None  # None: from the training rows' frequency histogram (ranksets.choose)
     method: str = "adagrad"
     iters: int = 100
-    learn_rate: float = 0.05
+    learn_rate: float = 0.05  # sgd, adagrad; METHOD_DEFAULTS for others; raced (RATE_STEPS below)
     dependent_rate: float | None = None
     variant: str = "cascade"
     dependent_weight: float = 1.0
@@ -66,13 +66,20 @@ DEFAULTS = Options()
 # (rafmcli/embeddings.py), comparable across rare and frequent features; N: level N alone.
 EMBED_LEVEL = "all"
 
-# Without --regular (the API: reg_factors=None), rafm train races these pairwise L2 values
-# on its validation rows (solvers/sgd.race_l2: all to L2_RACE_RUNGS[0] epochs, the worst
-# dropped, the rest to L2_RACE_RUNGS[1], the best kept); without validation rows, or with
-# als/mcmc/sgda, it uses reg_factors above.
+# Without --regular or --learn-rate (the API: reg_factors=None, learn_rate=None), rafm train
+# races the pairs of pairwise L2 in L2_CHOICES and learning rate in RATE_STEPS times the
+# method's rate (what the user fixed is not raced) on its validation rows
+# (solvers/sgd.race: every pair to RACE_FIRST_RUNG_SHARE of --iter epochs, the best RACE_KEEP
+# of them on to --iter with early stopping, the best kept). Rungs of a fixed few epochs
+# picked fast, weakly regularised pairs that peak early over strongly regularised ones
+# still improving. Without validation rows, or with als/mcmc/sgda, it uses reg_factors and
+# learn_rate (METHOD_DEFAULTS) as they are.
 L2_CHOICES = (0.001, 0.01, 0.1)
-L2_RACE_RUNGS = (3, 9)
-L2_RACE_MAX_PARAMS = 50_000_000  # above this, three models at once would not fit: no race
+RATE_STEPS = {"sgd": (0.5, 1.0, 2.0), "adagrad": (0.5, 1.0, 2.0),
+              "adam": (1.0, 3.0, 10.0)}  # Adam at the authors' 0.001 is slow for per-row steps
+RACE_FIRST_RUNG_SHARE = 0.1  # as rafm tune's first rung (solvers/tune.FIRST_RUNG_SHARE)
+RACE_KEEP = 1 / 3
+RACE_MAX_PARAMS = 150_000_000  # parameters of all the raced models at once; above: L2 alone, or no race
 
 # Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc

@@ -56,7 +56,7 @@ def test_parameters_are_the_options_table():
 @pytest.mark.parametrize("given", [{"ranks": (4, 16)}, {}, {"method": "adam", "reg_factors": 0.05}])
 def test_same_model_as_the_cli(sample, tmp_path, given):
     """The API and `rafm train` with the same options train the same model: without ranks both
-    choose them from the data, without L2 both race it on the validation rows."""
+    choose them from the data, without L2 or learning rate both race them on the validation rows."""
     saved = tmp_path / "cli.rafm"
     words = {"ranks": ["--ranks", "4,16"], "method": ["--method", "adam"], "reg_factors": ["--regular", "0,0,0.05"]}
     cli(["train", "--task", "r", "--seed", "3", "--iter", "6", "--train", sample("regression.train"),
@@ -64,7 +64,7 @@ def test_same_model_as_the_cli(sample, tmp_path, given):
     X, y = api.read_data(sample("regression.train"))
     est = api.FMRegressor(seed=3, iters=6, **given).fit(X, y)
     trained = api.load(saved)
-    assert (est.model_.ranks, est.options().learn_rate) == (trained.model_.ranks, trained.learn_rate)
+    assert (est.model_.ranks, est.model_.info["options"]["learn_rate"]) == (trained.model_.ranks, trained.learn_rate)
     assert list(est.model_.info["options"]["reg_factors"]) == list(trained.model_.info["options"]["reg_factors"])
     Xt, _ = api.read_data(sample("regression.test"))
     from_cli = np.array(cli(["predict", "--quiet", "--model", str(saved), sample("regression.test")])

@@ -408,7 +408,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import files as model_files
     from rafmcli.predict import kernel_rows, predict_dataset, refuse_nan
-    from rafmcli.solvers.sgd import l2_race_choices
+    from rafmcli.solvers.sgd import race_choices
     from rafmcli.solvers.sgd import train as run_training
 
     with Outputs(commit_on=DivergedError) as outputs:  # a diverged run keeps its log: it shows how
@@ -430,8 +430,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         else:
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
                                     rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init,
-                                    l2_choices=None if _given(ctx, "regular") or init is not None
-                                    else l2_race_choices(data, opts))
+                                    race_pairs=None if init is not None
+                                    else race_choices(data, opts, l2=not _given(ctx, "regular"),
+                                                      rate=not _given(ctx, "learn_rate")))
         if save_model:
             outputs.write(save_model, functools.partial(model_files.write, model, state=save_state), binary=True)
         if dump_model:

@@ -294,40 +294,66 @@ class Training:
         return model, self.history
 
 
-def race_l2(data, opts, validation, choices, rungs, levels_override=None):
-    """Successive halving over pairwise L2 ``choices`` on the validation rows.
+def race(data, opts, validation, candidates, rungs, levels_override=None):
+    """Successive halving over ``candidates`` (Options) on the validation rows.
 
-    Every choice trains to rungs[0] epochs and the worst is dropped, the rest
-    train to rungs[1] and the best (by the watched validation metric, ties to
-    the earlier choice) is returned, as a :class:`Training` to go on with,
-    with the choices' scores for the record.
+    Every candidate trains to rungs[0] epochs and the best third (at least one,
+    by the watched validation metric, ties to the earlier candidate) goes on to
+    the next rung; after the last rung the best is returned, as a
+    :class:`Training` to go on with, with every candidate's best score for the
+    record (NaN: it diverged and is out). Dropped runs free their memory.
     """
-    runs = [Training(data, replace(opts, reg_factors=(c,) * len(opts.reg_factors)), validation, levels_override)
-            for c in choices]
+    from rafmcli.options import RACE_KEEP
+
+    runs = [Training(data, c, validation, levels_override) for c in candidates]
+    scores = [math.nan] * len(runs)
     alive = list(range(len(runs)))
     for until in rungs:
-        for k in alive:
-            runs[k].advance(until)
+        for k in list(alive):
+            try:
+                runs[k].advance(until)
+                scores[k] = runs[k].best_value
+            except DivergedError:
+                scores[k] = math.nan
+                alive.remove(k)
+        if not alive:
+            raise DivergedError(f"training diverged with every raced learning rate; try a smaller --learn-rate "
+                                f"(now {opts.learn_rate:g})")
         alive = sorted(alive, key=lambda k: (runs[k].best[0], k))
-        alive = alive[:max(1, len(alive) - 1)] if until != rungs[-1] else alive[:1]
-    scores = {c: r.best_value for c, r in zip(choices, runs)}
+        alive = alive[:1] if until == rungs[-1] else alive[:max(1, math.ceil(len(alive) * RACE_KEEP))]
+        runs = [r if k in alive else None for k, r in enumerate(runs)]
     return runs[alive[0]], scores
 
 
-def l2_race_choices(data, opts):
-    """The pairwise L2 values to race when the user gave none (options.L2_CHOICES), or None when
-    the method does not race (als, mcmc, sgda) or three models at once would be too large."""
-    from rafmcli.levels import summarize
-    from rafmcli.options import L2_CHOICES, L2_RACE_MAX_PARAMS
+def race_rungs(iters):
+    """The race's rungs: a tenth of ``iters`` (options.RACE_FIRST_RUNG_SHARE), then to the end."""
+    from rafmcli.options import RACE_FIRST_RUNG_SHARE
 
-    if opts.method not in ("sgd", "adagrad", "adam"):
+    first = max(1, round(RACE_FIRST_RUNG_SHARE * iters))
+    return (first, iters) if first < iters else (iters,)
+
+
+def race_choices(data, opts, l2=True, rate=True):
+    """The (pairwise L2, learning rate) pairs ``rafm train`` races when the user fixed neither or
+    one of them: options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's).
+    Only L2 when all the pairs at once would be too large (options.RACE_MAX_PARAMS); None when
+    nothing is left to race or the method does not race (als, mcmc, sgda)."""
+    from rafmcli.levels import summarize
+    from rafmcli.options import L2_CHOICES, RACE_MAX_PARAMS, RATE_STEPS
+
+    if opts.method not in RATE_STEPS:
         return None
     summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
-    return L2_CHOICES if summary.params(opts.model) <= L2_RACE_MAX_PARAMS else None
+    l2s = L2_CHOICES if l2 else opts.reg_factors[:1]
+    rates = [opts.learn_rate * s for s in RATE_STEPS[opts.method]] if rate else [opts.learn_rate]
+    if summary.params(opts.model) * len(l2s) * len(rates) > RACE_MAX_PARAMS:
+        rates = [opts.learn_rate]
+    pairs = [(c, r) for r in rates for c in l2s]
+    return pairs if len(pairs) > 1 and summary.params(opts.model) * len(pairs) <= RACE_MAX_PARAMS else None
 
 
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
-          progress=True, echo=print, groups=None, init=None, l2_choices=None):
+          progress=True, echo=print, groups=None, init=None, race_pairs=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
 
     ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
@@ -342,28 +368,31 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
 
     ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
-    ``l2_choices``: with ``validation`` and a method of this module, race these pairwise
-    L2 values first (:func:`race_l2`) and go on with the winner.
+    ``race_pairs``: with ``validation`` and a method of this module, race these
+    (pairwise L2, learning rate) pairs first (:func:`race`, the pairs from
+    :func:`race_choices`) and go on with the winner.
 
     With ``validation``, keeps the parameters of the epoch with the best
     validation metric and stops after ``opts.early_stop`` epochs without
     improvement (0: never stop early).
     """
     log = Log(rlog, opts.task)
-    if l2_choices and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
-        from rafmcli.options import L2_RACE_RUNGS
-
+    if race_pairs and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
+        rungs = race_rungs(opts.iters)
+        l2s, rates = sorted({c for c, _ in race_pairs}), sorted({r for _, r in race_pairs})
         if not quiet:
-            echo(f"rafm: choosing the pairwise L2 among {', '.join(f'{c:g}' for c in l2_choices)} on the "
-                 f"validation rows ({' then '.join(map(str, L2_RACE_RUNGS))} epochs)")
-        run, scores = race_l2(data, opts, validation, l2_choices, L2_RACE_RUNGS, levels_override)
+            echo(f"rafm: racing {len(race_pairs)} pairs of pairwise L2 ({', '.join(f'{c:g}' for c in l2s)}) and "
+                 f"learning rate ({', '.join(f'{r:g}' for r in rates)}) on the validation rows: all for "
+                 f"{rungs[0]} epochs, the best third on to the end")
+        candidates = [replace(opts, reg_factors=(c,) * len(opts.reg_factors), learn_rate=r) for c, r in race_pairs]
+        run, scores = race(data, opts, validation, candidates, rungs, levels_override)
         opts = run.opts
         for row in run.history:
             log.write(row)
         if not quiet:
-            shown = ", ".join(f"{c:g}: {v:.4f}" for c, v in scores.items())
-            echo(f"rafm: pairwise L2 {opts.reg_factors[0]:g} chosen on validation {run.watch} ({shown}); "
-                 f"--regular to fix it")
+            shown = ", ".join(f"{c:g} at {r:g}: {v:.4f}" for (c, r), v in zip(race_pairs, scores))
+            echo(f"rafm: pairwise L2 {opts.reg_factors[0]:g} and learning rate {opts.learn_rate:g} chosen on "
+                 f"validation {run.watch} (best of each: {shown}); --regular and --learn-rate fix them")
     else:
         if opts.method == "sgda":
             from rafmcli.fields import groups_for

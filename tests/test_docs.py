@@ -158,9 +158,10 @@ def test_ci_runs_readme_test_command():
 
 
 def test_per_method_defaults_are_the_table():
-    """rafm-train(1) and --help give each method's learning rate and the L2 race's values from
-    rafmcli/options.py (METHOD_DEFAULTS, L2_CHOICES), the table the API reads too."""
-    from rafmcli.options import L2_CHOICES, method_default
+    """rafm-train(1) and --help give each method's learning rate and the race's L2 values and rate
+    steps from rafmcli/options.py (METHOD_DEFAULTS, L2_CHOICES, RATE_STEPS), the table the API
+    reads too."""
+    from rafmcli.options import L2_CHOICES, RATE_STEPS, method_default
 
     documented = documented_options("rafm-train.1")
     helped = " ".join(CliRunner().invoke(main, ["train", "--help"]).output.split())
@@ -169,3 +170,7 @@ def test_per_method_defaults_are_the_table():
         assert rate in documented["--learn-rate"] and rate in helped
     assert ", ".join(f"{c:g}" for c in L2_CHOICES[:-1]) + f" and {L2_CHOICES[-1]:g}" in documented["--regular"]
     assert ",".join(f"{c:g}" for c in L2_CHOICES) in helped
+    for method, steps in RATE_STEPS.items():  # the learning rates raced with the L2
+        shown = ", ".join(f"{s:g}" for s in steps[:-1]) + f" and {steps[-1]:g} times"
+        assert shown in " ".join(documented["--learn-rate"].split()) and method in documented["--learn-rate"]
+        assert ",".join(f"{s:g}" for s in steps) + " times for" in helped

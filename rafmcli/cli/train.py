@@ -86,9 +86,12 @@ def _warn_thin_levels(data, model_kind, ranks, levels_override):
 
 
 def _method_rates():
-    from rafmcli.options import method_default
+    from rafmcli.options import RATE_STEPS, method_default
 
-    return ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam", "sgda"))
+    rates = ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam", "sgda"))
+    steps = "; ".join(f"{_shown(s)} times for {', '.join(m for m in RATE_STEPS if RATE_STEPS[m] == s)}"
+                      for s in dict.fromkeys(RATE_STEPS.values()))
+    return f"{rates}; with validation rows raced with the pairwise L2 at {steps}"
 
 
 def _given(ctx, name):
@@ -198,7 +201,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "(r0,r1,r2_1,...,r2_m); with --meta, one value per group (r0,r1_1..r1_G,r2_1..r2_G) "
                    "or r2 per group and level. sgd, adagrad, adam: applied when a feature occurs; "
                    "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10; sgd, adagrad, adam with "
-                   f"validation rows: the pairwise L2 raced among {_shown(L2_CHOICES)} on them]")
+                   f"validation rows: the pairwise L2 raced among {_shown(L2_CHOICES)} on them, with the learning "
+                   "rate]")
 @click.option("--init-stdev", type=FiniteFloatRange(0), default=D.init_stdev, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")

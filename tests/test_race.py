@@ -1,0 +1,106 @@
+"""The defaults' race: which (pairwise L2, learning rate) pairs `rafm train` races, and how."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from rafmcli.cli import main
+from rafmcli.io.reader import read_dataset
+from rafmcli.model import files as model_file
+from rafmcli.options import L2_CHOICES, RATE_STEPS, Options, method_default
+from rafmcli.solvers.sgd import race, race_choices, race_rungs
+
+
+@pytest.fixture
+def data(sample):
+    return read_dataset(sample("regression.train")), read_dataset(sample("regression.validation"))
+
+
+def opts_for(method, **given):
+    return Options(task="r", model="rafm", ranks=(4, 16), method=method, reg_factors=(0.01, 0.01),
+                   learn_rate=method_default(method, "learn_rate"), **given)
+
+
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+def test_race_choices_are_the_table(data, method):
+    """Every L2 of the table with every rate step times the method's rate; what is fixed is not raced."""
+    train, _ = data
+    opts = opts_for(method)
+    rates = [opts.learn_rate * s for s in RATE_STEPS[method]]
+    assert sorted(race_choices(train, opts)) == sorted((c, r) for c in L2_CHOICES for r in rates)
+    assert race_choices(train, opts, rate=False) == [(c, opts.learn_rate) for c in L2_CHOICES]
+    assert sorted(race_choices(train, opts, l2=False)) == sorted((0.01, r) for r in rates)
+    assert race_choices(train, opts, l2=False, rate=False) is None
+    assert method_default("adam", "learn_rate") * max(RATE_STEPS["adam"]) > 0.005  # Adam's 0.001 alone is slow
+
+
+@pytest.mark.parametrize("method", ["als", "mcmc", "sgda"])
+def test_other_methods_do_not_race(data, method):
+    assert race_choices(data[0], opts_for(method)) is None
+
+
+def test_race_runs_every_pair_a_tenth_then_the_best_third_to_the_end(data, monkeypatch):
+    """All nine pairs train a tenth of --iter; three go on; the winner is the best of those three
+    at the end (not at the first rung), and trains past the first rung."""
+    train, valid = data
+    opts = replace(opts_for("adagrad"), iters=30, early_stop=3)
+    assert race_rungs(100) == (10, 100) and race_rungs(30) == (3, 30) and race_rungs(5) == (1, 5)
+    pairs = race_choices(train, opts)
+    candidates = [replace(opts, reg_factors=(c, c), learn_rate=r) for c, r in pairs]
+    advanced = []
+    from rafmcli.solvers import sgd
+
+    original = sgd.Training.advance
+
+    def spy(self, until, *args, **kwargs):
+        advanced.append((self.opts.reg_factors[0], self.opts.learn_rate, until))
+        return original(self, until, *args, **kwargs)
+
+    monkeypatch.setattr(sgd.Training, "advance", spy)
+    run, scores = race(train, opts, valid, candidates, race_rungs(opts.iters))
+    first = [a for a in advanced if a[2] == 3]
+    assert len(first) == 9 and {a[:2] for a in first} == set(pairs)
+    finalists = [a[:2] for a in advanced if a[2] == 30]
+    assert len(finalists) == 3
+    assert (run.opts.reg_factors[0], run.opts.learn_rate) in finalists
+    assert run.epoch > 3 and run.best_value == scores[pairs.index((run.opts.reg_factors[0], run.opts.learn_rate))]
+    assert all(run.best_value <= scores[pairs.index(f)] for f in finalists)
+    # the three finalists were the best three at the first rung
+    first_scores = {}
+    monkeypatch.setattr(sgd.Training, "advance", original)
+    for c, r in pairs:
+        t = sgd.Training(train, replace(opts, reg_factors=(c, c), learn_rate=r), valid)
+        t.advance(3)
+        first_scores[(c, r)] = t.best[0]
+    assert set(finalists) == set(sorted(pairs, key=lambda p: (first_scores[p], pairs.index(p)))[:3])
+
+
+def test_a_diverging_pair_is_out_not_fatal(data):
+    train, valid = data
+    opts = replace(opts_for("sgd"), iters=6)
+    wild = replace(opts, learn_rate=1e6)
+    run, scores = race(train, opts, valid, [wild, opts], race_rungs(opts.iters))
+    assert math.isnan(scores[0]) and run.opts.learn_rate == opts.learn_rate
+
+
+def test_cli_races_what_is_not_given(sample, tmp_path):
+    """Without --regular and --learn-rate both are raced and the chosen pair is what the model keeps;
+    a given --learn-rate is not raced, and with both given there is no race."""
+    base = ["train", "--task", "r", "--train", sample("regression.train"), "--validation",
+            sample("regression.validation"), "--ranks", "4,16", "--iter", "10", "--seed", "2"]
+    saved = str(tmp_path / "m.rafm")
+    out = CliRunner().invoke(main, base + ["--save-model", saved])
+    assert out.exit_code == 0, out.output
+    rates = [0.05 * s for s in RATE_STEPS["adagrad"]]
+    assert "racing 9 pairs" in out.output and "0.025, 0.05, 0.1" in out.output
+    kept = model_file.load(saved).info["options"]
+    chosen = out.output.split("pairwise L2 ")[-1].split(" chosen")[0]
+    assert chosen == f"{kept['reg_factors'][0]:g} and learning rate {kept['learn_rate']:g}"
+    assert any(np.isclose(kept["learn_rate"], r) for r in rates) and kept["reg_factors"][0] in L2_CHOICES
+    out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--save-model", saved])
+    assert "racing 3 pairs" in out.output and model_file.load(saved).info["options"]["learn_rate"] == 0.02
+    out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--regular", "0,0,0.01"])
+    assert out.exit_code == 0 and "racing" not in out.output

@@ -306,19 +306,18 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
     from rafmcli.options import RACE_KEEP
 
     runs = [Training(data, c, validation, levels_override) for c in candidates]
-    scores = [math.nan] * len(runs)
+    scores, diverged = [math.nan] * len(runs), None
     alive = list(range(len(runs)))
     for until in rungs:
         for k in list(alive):
             try:
                 runs[k].advance(until)
                 scores[k] = runs[k].best_value
-            except DivergedError:
-                scores[k] = math.nan
+            except DivergedError as exc:
+                scores[k], diverged = math.nan, exc
                 alive.remove(k)
         if not alive:
-            raise DivergedError(f"training diverged with every raced learning rate; try a smaller --learn-rate "
-                                f"(now {opts.learn_rate:g})")
+            raise diverged  # every pair diverged: the last one's error (its epoch and rate)
         alive = sorted(alive, key=lambda k: (runs[k].best[0], k))
         alive = alive[:1] if until == rungs[-1] else alive[:max(1, math.ceil(len(alive) * RACE_KEEP))]
         runs = [r if k in alive else None for k, r in enumerate(runs)]

@@ -36,7 +36,11 @@ def finish(model, scores):
             from rafmcli.kernels.coordinate import probit_probability
 
             return probit_probability(np.asarray(scores, dtype=np.float64))
-        return 1.0 / (1.0 + np.exp(-np.clip(scores, -700, 700)))
+        p = np.clip(scores, -700, 700)  # 1 / (1 + exp(-s)), in one new array (fresh memory is not free)
+        np.negative(p, out=p)
+        np.exp(p, out=p)
+        p += 1.0
+        return np.divide(1.0, p, out=p)
     return np.clip(scores, model.target_min, model.target_max)
 
 
@@ -75,11 +79,15 @@ def predict_rows(model, rows):
 
 
 def _mean(arrays):
+    """The float64 mean of fresh score arrays (one array: itself, no copy)."""
     total, count = None, 0
     for a in arrays:
-        total = a.astype(np.float64) if total is None else total + a
+        if total is None:
+            total = a.astype(np.float64, copy=False)
+        else:
+            total += a
         count += 1
-    return total / count
+    return total if count == 1 else total / count
 
 
 def refuse_nan(name, values):

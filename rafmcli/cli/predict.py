@@ -61,7 +61,8 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         parts.append(predict_dataset(model, data, raw=True).values if raw else finished)
         scored.append((name, data.labels, finished))
     with Outputs() as outputs:
-        outputs.write(out, lambda fh: format_predictions(fh, np.concatenate(parts)), binary=True)
+        outputs.write(out, lambda fh: format_predictions(fh, parts[0] if len(parts) == 1 else np.concatenate(parts)),
+                      binary=True)
     if metrics:
         if len(scored) > 1:
             scored.append(("all files", np.concatenate([s[1] for s in scored]),

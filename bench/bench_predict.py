@@ -12,7 +12,8 @@ median and range; rows/s is the file's rows over the whole command:
 * ``rafm train ... --test DATA --out FILE`` minus the same training without
   ``--test``: the test set's share (reading it from the cache, predicting,
   writing);
-* in-process, the pieces of a prediction: loading the model, re-opening the
+* in-process, the pieces of a prediction: loading the model (mapped, as
+  rafm predict loads it, where the tree can), re-opening the
   cached file, ``predict_dataset`` (mapping ids, counting unseen ones and the
   kernel: one pass since issue 11's stop 17, two before), writing.
 
@@ -40,13 +41,19 @@ from rafmcli.io import output, reader
 from rafmcli.model import files
 from rafmcli import predict as P
 
+def load(path):
+    try:
+        return files.load(path, mapped=True)  # what rafm predict does (issue 11: members mapped)
+    except TypeError:  # a tree from before the mapping
+        return files.load(path)
+
 model_path, path, out = sys.argv[1:4]
-small = files.load(model_path)
+small = load(model_path)
 P.predict_dataset(small, reader.read_dataset(sys.argv[4]))      # load kernels first
 with open(out, "wb") as fh:
     output.format_predictions(fh, np.array([0.5]))
 times = {}
-t = time.perf_counter(); model = files.load(model_path); times["load model"] = time.perf_counter() - t
+t = time.perf_counter(); model = load(model_path); times["load model"] = time.perf_counter() - t
 t = time.perf_counter(); data = reader.read_dataset(path); times["re-open cached file"] = time.perf_counter() - t
 t = time.perf_counter(); scores = P.predict_dataset(model, data).values
 times["map ids, count unseen, predict"] = time.perf_counter() - t

@@ -102,5 +102,8 @@ def test_cli_races_what_is_not_given(sample, tmp_path):
     assert any(np.isclose(kept["learn_rate"], r) for r in rates) and kept["reg_factors"][0] in L2_CHOICES
     out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--save-model", saved])
     assert "racing 3 pairs" in out.output and model_file.load(saved).info["options"]["learn_rate"] == 0.02
+    assert "chosen (at learning rate 0.02); --regular fixes it" in out.output  # the given rate is not "chosen"
+    out = CliRunner().invoke(main, base + ["--regular", "0,0,0.01"])
+    assert "racing 3 pairs" in out.output and "chosen (at pairwise L2 0.01); --learn-rate fixes it" in out.output
     out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--regular", "0,0,0.01"])
     assert out.exit_code == 0 and "racing" not in out.output

@@ -324,6 +324,16 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
     return runs[alive[0]], scores
 
 
+def _race_outcome(opts, l2_raced, rate_raced):
+    """What the race chose, in words, and the option that would fix it (the rest as it stood)."""
+    l2, rate = f"pairwise L2 {opts.reg_factors[0]:g}", f"learning rate {opts.learn_rate:g}"
+    if l2_raced and rate_raced:
+        return f"{l2} and {rate} chosen; --regular and --learn-rate fix them"
+    if l2_raced:
+        return f"{l2} chosen (at {rate}); --regular fixes it"
+    return f"{rate} chosen (at {l2}); --learn-rate fixes it"
+
+
 def race_rungs(iters):
     """The race's rungs: a tenth of ``iters`` (options.RACE_FIRST_RUNG_SHARE), then to the end."""
     from rafmcli.options import RACE_FIRST_RUNG_SHARE
@@ -390,8 +400,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             log.write(row)
         if not quiet:
             shown = ", ".join(f"{c:g} at {r:g}: {v:.4f}" for (c, r), v in zip(race_pairs, scores))
-            echo(f"rafm: pairwise L2 {opts.reg_factors[0]:g} and learning rate {opts.learn_rate:g} chosen on "
-                 f"validation {run.watch} (best of each: {shown}); --regular and --learn-rate fix them")
+            echo(f"rafm: {_race_outcome(opts, len(l2s) > 1, len(rates) > 1)} on validation {run.watch} "
+                 f"(best of each: {shown})")
     else:
         if opts.method == "sgda":
             from rafmcli.fields import groups_for

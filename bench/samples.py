@@ -6,8 +6,8 @@ For data_samples/{regression,classification}: every model (fm, rafm, difacto) an
 SGD method (sgd, adagrad, adam) with nothing but --model/--method, against FM(8) as
 rafm trained it before its defaults came from the data (--dim 8 --method adagrad
 --learn-rate 0.05 --regular 0,0,0.01). Both validate on the sample's validation file;
-prints the test metric (RMSE or logloss) as mean ± sd over the seeds, and the ranks
-and pairwise L2 the defaults chose (first seed).
+prints the test metric (RMSE or logloss) as mean ± sd over the seeds, and the ranks,
+pairwise L2 and learning rate the defaults chose (first seed).
 """
 
 import os
@@ -24,7 +24,7 @@ FM8 = ["--model", "fm", "--dim", "8", "--method", "adagrad", "--learn-rate", "0.
 
 
 def run(task, name, args, seed, folder):
-    """(test metric, ranks, pairwise L2) of one `rafm train` run."""
+    """(test metric, ranks, pairwise L2, learning rate) of one `rafm train` run."""
     from rafmcli.io.reader import read_dataset
     from rafmcli.metrics import evaluate
     from rafmcli.model import files
@@ -38,7 +38,8 @@ def run(task, name, args, seed, folder):
     labels = read_dataset(base + ".test.libfm").labels
     model = files.load(saved)
     metric = evaluate(task, labels, np.loadtxt(pred))["rmse" if task == "r" else "logloss"]
-    return metric, ",".join(map(str, model.ranks)), model.info["options"]["reg_factors"][0]
+    options = model.info["options"]
+    return metric, ",".join(map(str, model.ranks)), options["reg_factors"][0], options["learn_rate"]
 
 
 @click.command()
@@ -46,7 +47,7 @@ def run(task, name, args, seed, folder):
 def main(seeds):
     seeds = [int(s) for s in seeds.split(",")]
     print(f"rafm train on data_samples/, validation file, test metric mean ± sd over seeds {seeds}")
-    print(f"{'sample':<16}{'command':<44}{'test':>17}{'vs FM(8)':>10}  ranks, L2 (seed {seeds[0]})")
+    print(f"{'sample':<16}{'command':<44}{'test':>17}{'vs FM(8)':>10}  ranks, L2, rate (seed {seeds[0]})")
     with tempfile.TemporaryDirectory() as folder:
         for task, name in (("r", "regression"), ("c", "classification")):
             base = np.array([run(task, name, FM8, s, folder)[0] for s in seeds])
@@ -57,7 +58,7 @@ def main(seeds):
                     runs = [run(task, name, args, s, folder) for s in seeds]
                     test = np.array([r[0] for r in runs])
                     print(f"{name:<16}{' '.join(args):<44}{test.mean():>8.4f} ± {test.std(ddof=1):.4f}"
-                          f"{test.mean() / base.mean() - 1:>+10.1%}  {runs[0][1]}, {runs[0][2]:g}")
+                          f"{test.mean() / base.mean() - 1:>+10.1%}  {runs[0][1]}, {runs[0][2]:g}, {runs[0][3]:g}")
                     sys.stdout.flush()
 
 

@@ -111,6 +111,18 @@ def sigmoid(z):
     return e / (1.0 + e)
 
 
+@njit(cache=True, nogil=True)
+def row_scratch(widths):
+    """A thread's scratch for :func:`row_forward`: soff (level l's sums start at soff[l] =
+    D_1 + ... + D_{l-1}), S and T (float32, D_1 + ... + D_m each), Q, R and B (one per level)."""
+    m = widths.shape[0]
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    return soff, np.empty(soff[m], dtype=np.float32), np.empty(soff[m], dtype=np.float32), np.empty(m), \
+        np.empty(m), np.empty(m)
+
+
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row.
@@ -207,15 +219,7 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
 def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offsets, V, w, w0, nested, out):
     """out[r] for the rows of chunks lo..hi-1 of ``n_chunks`` (:func:`predict_scores`)."""
     n = indptr.shape[0] - 1
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
-    S = np.empty(soff[m], dtype=np.float32)
-    T = np.empty(soff[m], dtype=np.float32)
-    Q = np.empty(m)
-    R = np.empty(m)
-    B = np.empty(m)
+    soff, S, T, Q, R, B = row_scratch(widths)
     for c in range(lo, hi):
         stop = (c + 1) * n // n_chunks
         for r in range(c * n // n_chunks, stop):
@@ -276,15 +280,7 @@ def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, wid
     row r + BY_ID_AHEAD is mapped into a ring of BY_ID_AHEAD + 1 row buffers and its factors
     prefetched, then row r is predicted from its buffer with :func:`predict_scores`'s row kernels."""
     n = indptr.shape[0] - 1
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
-    S = np.empty(soff[m], dtype=np.float32)
-    T = np.empty(soff[m], dtype=np.float32)
-    Q = np.empty(m)
-    R = np.empty(m)
-    B = np.empty(m)
+    soff, S, T, Q, R, B = row_scratch(widths)
     first, stop = lo * n // n_chunks, hi * n // n_chunks
     longest = 0
     for r in range(first, stop):

@@ -22,6 +22,7 @@ from rafmcli.kernels.forward import (
     pairwise_from_sums,
     prefetch,
     prefetch_l2,
+    row_scratch,
     row_start,
     sigmoid,
     top_level,
@@ -249,14 +250,7 @@ def _make_trainer(method):
         accV1, accV2, accw1, accw2, acc0 = state
         m = widths.shape[0]
         has_values = values.shape[0] > 0
-        soff = np.zeros(m + 1, dtype=np.int64)
-        for l in range(m):
-            soff[l + 1] = soff[l] + widths[l]
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        Q = np.empty(m)
-        R = np.empty(m)
-        B = np.empty(m)
+        soff, S, T, Q, R, B = row_scratch(widths)
         a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
         a_dep = np.zeros(m)    # the same for a dependent level l < k_i
         b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level

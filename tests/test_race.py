@@ -32,7 +32,7 @@ def test_race_choices_are_the_table(data, method):
     rates = [opts.learn_rate * s for s in RATE_STEPS[method]]
     assert sorted(race_choices(train, opts)) == sorted((c, r) for c in L2_CHOICES for r in rates)
     assert race_choices(train, opts, rate=False) == [(c, opts.learn_rate) for c in L2_CHOICES]
-    assert sorted(race_choices(train, opts, l2=False)) == sorted((0.01, r) for r in rates)
+    assert sorted(race_choices(train, opts, l2=False)) == sorted((None, r) for r in rates)  # None: L2 as given
     assert race_choices(train, opts, l2=False, rate=False) is None
     assert method_default("adam", "learn_rate") * max(RATE_STEPS["adam"]) > 0.005  # Adam's 0.001 alone is slow
 
@@ -101,9 +101,16 @@ def test_cli_races_what_is_not_given(sample, tmp_path):
     assert chosen == f"{kept['reg_factors'][0]:g} and learning rate {kept['learn_rate']:g}"
     assert any(np.isclose(kept["learn_rate"], r) for r in rates) and kept["reg_factors"][0] in L2_CHOICES
     out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--save-model", saved])
-    assert "racing 3 pairs" in out.output and model_file.load(saved).info["options"]["learn_rate"] == 0.02
-    assert "chosen (at learning rate 0.02); --regular fixes it" in out.output  # the given rate is not "chosen"
-    out = CliRunner().invoke(main, base + ["--regular", "0,0,0.01"])
-    assert "racing 3 pairs" in out.output and "chosen (at pairwise L2 0.01); --learn-rate fixes it" in out.output
+    assert "racing 3 values of pairwise L2" in out.output
+    assert model_file.load(saved).info["options"]["learn_rate"] == 0.02
+    assert "chosen (at learning rate 0.02) on validation rmse (best of each: " in out.output  # given: not "chosen"
+    assert "; --regular fixes it\n" in out.output
+    out = CliRunner().invoke(main, base + ["--regular", "0,0,0.01", "--save-model", saved])
+    assert "racing 3 values of learning rate" in out.output and "chosen (at pairwise L2 0.01)" in out.output
+    # a per-level L2 the user gave is kept whole while the rate is raced
+    out = CliRunner().invoke(main, base + ["--ranks", "2,4,8", "--regular", "0,0,0.001,0.5,0.5", "--save-model", saved])
+    assert out.exit_code == 0, out.output
+    assert model_file.load(saved).info["options"]["reg_factors"] == [0.001, 0.5, 0.5]
+    assert "(at pairwise L2 0.001,0.5,0.5)" in out.output
     out = CliRunner().invoke(main, base + ["--learn-rate", "0.02", "--regular", "0,0,0.01"])
     assert out.exit_code == 0 and "racing" not in out.output

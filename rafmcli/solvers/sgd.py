@@ -325,13 +325,15 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
 
 
 def _race_outcome(opts, l2_raced, rate_raced):
-    """What the race chose, in words, and the option that would fix it (the rest as it stood)."""
-    l2, rate = f"pairwise L2 {opts.reg_factors[0]:g}", f"learning rate {opts.learn_rate:g}"
+    """(what the race chose, the option that fixes it), in words; what was not raced stood as given."""
+    values = opts.reg_factors if len(set(opts.reg_factors)) > 1 else opts.reg_factors[:1]
+    l2 = "pairwise L2 " + ",".join(f"{c:g}" for c in values)
+    rate = f"learning rate {opts.learn_rate:g}"
     if l2_raced and rate_raced:
-        return f"{l2} and {rate} chosen; --regular and --learn-rate fix them"
+        return f"{l2} and {rate} chosen", "--regular and --learn-rate fix them"
     if l2_raced:
-        return f"{l2} chosen (at {rate}); --regular fixes it"
-    return f"{rate} chosen (at {l2}); --learn-rate fixes it"
+        return f"{l2} chosen (at {rate})", "--regular fixes it"
+    return f"{rate} chosen (at {l2})", "--learn-rate fixes it"
 
 
 def race_rungs(iters):
@@ -344,7 +346,8 @@ def race_rungs(iters):
 
 def race_choices(data, opts, l2=True, rate=True):
     """The (pairwise L2, learning rate) pairs ``rafm train`` races when the user fixed neither or
-    one of them: options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's).
+    one of them: options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's);
+    an L2 of None keeps opts.reg_factors as given.
     Only L2 when all the pairs at once would be too large (options.RACE_MAX_PARAMS); None when
     nothing is left to race or the method does not race (als, mcmc, sgda)."""
     from rafmcli.levels import summarize
@@ -353,7 +356,7 @@ def race_choices(data, opts, l2=True, rate=True):
     if opts.method not in RATE_STEPS:
         return None
     summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
-    l2s = L2_CHOICES if l2 else opts.reg_factors[:1]
+    l2s = L2_CHOICES if l2 else [None]  # None: the L2 the user gave (whole: one value per level or group)
     rates = [opts.learn_rate * s for s in RATE_STEPS[opts.method]] if rate else [opts.learn_rate]
     if summary.params(opts.model) * len(l2s) * len(rates) > RACE_MAX_PARAMS:
         rates = [opts.learn_rate]
@@ -388,20 +391,25 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     log = Log(rlog, opts.task)
     if race_pairs and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
         rungs = race_rungs(opts.iters)
-        l2s, rates = sorted({c for c, _ in race_pairs}), sorted({r for _, r in race_pairs})
+        l2s = sorted({c for c, _ in race_pairs if c is not None})
+        rates = sorted({r for _, r in race_pairs})
         if not quiet:
-            echo(f"rafm: racing {len(race_pairs)} pairs of pairwise L2 ({', '.join(f'{c:g}' for c in l2s)}) and "
-                 f"learning rate ({', '.join(f'{r:g}' for r in rates)}) on the validation rows: all for "
-                 f"{rungs[0]} epochs, the best third on to the end")
-        candidates = [replace(opts, reg_factors=(c,) * len(opts.reg_factors), learn_rate=r) for c, r in race_pairs]
+            raced = [f"pairwise L2 ({', '.join(f'{c:g}' for c in l2s)})" if l2s else "",
+                     f"learning rate ({', '.join(f'{r:g}' for r in rates)})" if len(rates) > 1 else ""]
+            echo(f"rafm: racing {len(race_pairs)} {'pairs' if all(raced) else 'values'} of "
+                 f"{' and '.join(r for r in raced if r)} on the validation rows: all for {rungs[0]} epochs"
+                 + (", the best third on to the end" if len(rungs) > 1 else ""))
+        candidates = [replace(opts, reg_factors=opts.reg_factors if c is None else (c,) * len(opts.reg_factors),
+                              learn_rate=r) for c, r in race_pairs]
         run, scores = race(data, opts, validation, candidates, rungs, levels_override)
         opts = run.opts
         for row in run.history:
             log.write(row)
         if not quiet:
-            shown = ", ".join(f"{c:g} at {r:g}: {v:.4f}" for (c, r), v in zip(race_pairs, scores))
-            echo(f"rafm: {_race_outcome(opts, len(l2s) > 1, len(rates) > 1)} on validation {run.watch} "
-                 f"(best of each: {shown})")
+            shown = ", ".join(f"{'' if c is None else f'{c:g} at '}{r:g}: {v:.4f}"
+                              for (c, r), v in zip(race_pairs, scores))
+            chosen, fix = _race_outcome(opts, bool(l2s), len(rates) > 1)
+            echo(f"rafm: {chosen} on validation {run.watch} (best of each: {shown}); {fix}")
     else:
         if opts.method == "sgda":
             from rafmcli.fields import groups_for

@@ -114,7 +114,16 @@ def check_method_options(ctx, method):
                 why = "feature groups shape the priors and L2 weights of sgda, als and mcmc only"
             if name == "shared_precision":
                 why = "only mcmc draws prior precisions"
-            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --method {method}: {why}")
+            raise click.UsageError(f"{_typed_flag(ctx, name)} does not apply to --method {method}: {why}")
+
+
+def _typed_flag(ctx, name):
+    """The spelling of option ``name`` the user typed: the off side of an on/off flag pair
+    (--group-precision, --no-auto-groups) when its value is off."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    if getattr(param, "is_bool_flag", False) and param.secondary_opts and not ctx.params.get(name):
+        return param.secondary_opts[0]
+    return param.opts[0]
 
 
 def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None):

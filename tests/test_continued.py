@@ -128,3 +128,22 @@ def test_api_warm_start_is_the_cli_continuation(sample, tmp_path):
     assert not np.array_equal(cold.model_.V, cli.V)
     with pytest.raises(ValueError, match="cannot continue as fm"):
         warm.set_params(model="fm", ranks=4).fit(X, y)
+
+
+def test_continuing_a_raced_model_keeps_its_rate_and_l2(sample, tmp_path):
+    """Without --learn-rate and --regular, --init-model continues with what the first run
+    used (its defaults' race chose them), says so, and given options still win."""
+    base = ["train", "--task", "r", "--train", sample("regression.train"), "--validation",
+            sample("regression.validation"), "--model", "rafm", "--ranks", "4,16"]
+    first, second = tmp_path / "a.rafm", tmp_path / "b.rafm"
+    assert run(base + ["--iter", "6", "--save-model", str(first), "--save-state", "--quiet"]).exit_code == 0
+    chosen = model_files.load(str(first)).info["options"]
+    result = run(base + ["--iter", "2", "--init-model", str(first), "--save-model", str(second)])
+    assert result.exit_code == 0, result.output
+    kept = model_files.load(str(second)).info["options"]
+    assert (kept["learn_rate"], kept["reg_factors"]) == (chosen["learn_rate"], chosen["reg_factors"])
+    assert f"continuing with --learn-rate {chosen['learn_rate']:g}" in result.output
+    result = run(base + ["--iter", "2", "--init-model", str(first), "--learn-rate", "0.003", "--save-model",
+                         str(second), "--quiet"])
+    kept = model_files.load(str(second)).info["options"]
+    assert kept["learn_rate"] == 0.003 and kept["reg_factors"] == chosen["reg_factors"]

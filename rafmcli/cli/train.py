@@ -98,6 +98,28 @@ def _given(ctx, name):
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
 
+def _continued_settings(ctx, init, path, method, learn_rate, regular, quiet):
+    """--init-model continues with the learning rate and L2 its model was trained with (the
+    defaults' race may have chosen them) unless --learn-rate or --regular is given; says so."""
+    from rafmcli.errors import printable
+
+    saved = (init.info or {}).get("options") or {}
+    if saved.get("method") != method:
+        return learn_rate, regular
+    taken = []
+    if not _given(ctx, "learn_rate") and isinstance(saved.get("learn_rate"), (int, float)):
+        learn_rate = float(saved["learn_rate"])
+        taken.append(f"--learn-rate {learn_rate:g}")
+    if not _given(ctx, "regular") and all(k in saved for k in ("reg_bias", "reg_linear", "reg_factors")):
+        factors = saved["reg_factors"] if isinstance(saved["reg_factors"], list) else [saved["reg_factors"]]
+        regular = (saved["reg_bias"], saved["reg_linear"], *factors)
+        taken.append("--regular " + ",".join(f"{v:g}" for v in regular))
+    if taken and not quiet:
+        click.echo(f"rafm: continuing with {' and '.join(taken)} of {printable(path)} (give them to change)",
+                   err=True)
+    return learn_rate, regular
+
+
 def check_method_options(ctx, method):
     """Refuse options the chosen method has no use for (exit 2)."""
     from rafmcli.options import METHOD_IGNORES
@@ -343,6 +365,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     if not _given(ctx, "regular"):
         regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
                    + tuple(method_default(method, "reg_factors")))
+    if init is not None:
+        learn_rate, regular = _continued_settings(ctx, init, init_model, method, learn_rate, regular, quiet)
     if ranks is not None:  # groups (--meta, libFFM fields) may come with the data: als/mcmc wait for it
         reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, coordinate)
     if threads > 1:

@@ -119,7 +119,7 @@ def test_inferred_groups_do_not_hurt_mcmc_on_the_samples():
     from rafmcli.solvers import coordinate as C
 
     train, test = (read_dataset(f"{ROOT}/data_samples/regression.{s}.libfm") for s in ("train", "test"))
-    opts = replace(Options(), task="r", model="fm", ranks=(32,), method="mcmc", iters=100, seed=1,
+    opts = replace(Options(), task="r", model="fm", ranks=(32,), method="mcmc", iters=40, seed=1,
                    **METHOD_DEFAULTS["mcmc"])
 
     def rmse(**change):

@@ -126,6 +126,9 @@ def translate(argv):
             notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
         else:
             args += ["--meta", given["meta"]]
+            if method == "mcmc":
+                notes.append("-meta: rafm's groups share each prior precision and keep their own means; "
+                             "add --group-precision for libFM's precision per group")
     for name, option in DIRECT.items():
         if name in values:
             args += [option, values[name]]

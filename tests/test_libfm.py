@@ -120,6 +120,14 @@ def test_meta_is_accepted_with_a_note(files, tmp_path):
     assert result.exit_code == 0 and "-meta" in result.stderr
 
 
+def test_mcmc_meta_says_the_precisions_are_shared():
+    """libFM's -meta gives each group its own prior precision; rafm shares them unless told."""
+    done = translate(["-task", "r", "-train", "t", "-method", "mcmc", "-meta", "g.txt"])
+    assert "--meta" in done.train_args and any("--group-precision" in note for note in done.notes)
+    als = translate(["-task", "r", "-train", "t", "-method", "als", "-meta", "g.txt"])
+    assert not any("precision" in note for note in als.notes)
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

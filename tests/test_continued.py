@@ -147,3 +147,14 @@ def test_continuing_a_raced_model_keeps_its_rate_and_l2(sample, tmp_path):
                          str(second), "--quiet"])
     kept = model_files.load(str(second)).info["options"]
     assert kept["learn_rate"] == 0.003 and kept["reg_factors"] == chosen["reg_factors"]
+
+
+def test_a_warm_start_keeps_the_raced_rate_and_l2(sample):
+    """The API's warm start continues with the rate and L2 its first fit's race chose, as --init-model."""
+    train, valid = read_dataset(sample("regression.train")), read_dataset(sample("regression.validation"))
+    est = api.FMRegressor(model="rafm", ranks=(4, 16), iters=6, warm_start=True, seed=3)
+    est.fit(train, eval_set=(valid, valid.labels))
+    chosen = est.model_.info["options"]
+    est.set_params(iters=2).fit(train, eval_set=(valid, valid.labels))
+    kept = est.model_.info["options"]
+    assert (kept["learn_rate"], kept["reg_factors"]) == (chosen["learn_rate"], chosen["reg_factors"])

@@ -347,11 +347,13 @@ class _FMEstimator:
             numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
         opts = self._from_data(opts, data)
         if init is not None:  # as rafm train --init-model: the rate and L2 the model was trained with
-            saved = (init.info or {}).get("options") or {}
-            if saved.get("method") == opts.method and self.learn_rate is None and "learn_rate" in saved:
-                opts = dataclasses.replace(opts, learn_rate=float(saved["learn_rate"]))
-            if saved.get("method") == opts.method and self.reg_factors is None and "reg_factors" in saved:
-                opts = dataclasses.replace(opts, reg_factors=tuple(saved["reg_factors"]))
+            from rafmcli.model.continued import trained_settings
+
+            saved_rate, saved_regular = trained_settings(init, opts.method)
+            if self.learn_rate is None and saved_rate is not None:
+                opts = dataclasses.replace(opts, learn_rate=saved_rate)
+            if self.reg_factors is None and saved_regular is not None:
+                opts = dataclasses.replace(opts, reg_factors=tuple(saved_regular[2:]))
         from rafmcli.solvers.sgd import race_choices, train
 
         # as rafm train without --regular, --learn-rate

@@ -102,17 +102,15 @@ def _continued_settings(ctx, init, path, method, learn_rate, regular, quiet):
     """--init-model continues with the learning rate and L2 its model was trained with (the
     defaults' race may have chosen them) unless --learn-rate or --regular is given; says so."""
     from rafmcli.errors import printable
+    from rafmcli.model.continued import trained_settings
 
-    saved = (init.info or {}).get("options") or {}
-    if saved.get("method") != method:
-        return learn_rate, regular
+    saved_rate, saved_regular = trained_settings(init, method)
     taken = []
-    if not _given(ctx, "learn_rate") and isinstance(saved.get("learn_rate"), (int, float)):
-        learn_rate = float(saved["learn_rate"])
+    if not _given(ctx, "learn_rate") and saved_rate is not None:
+        learn_rate = saved_rate
         taken.append(f"--learn-rate {learn_rate:g}")
-    if not _given(ctx, "regular") and all(k in saved for k in ("reg_bias", "reg_linear", "reg_factors")):
-        factors = saved["reg_factors"] if isinstance(saved["reg_factors"], list) else [saved["reg_factors"]]
-        regular = (saved["reg_bias"], saved["reg_linear"], *factors)
+    if not _given(ctx, "regular") and saved_regular is not None:
+        regular = saved_regular
         taken.append("--regular " + ",".join(f"{v:g}" for v in regular))
     if taken and not quiet:
         click.echo(f"rafm: continuing with {' and '.join(taken)} of {printable(path)} (give them to change)",

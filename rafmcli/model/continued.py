@@ -10,6 +10,21 @@ from rafmcli.errors import InputError
 _TASKS = {"r": "regression", "c": "classification", "implicit": "implicit data"}
 
 
+def trained_settings(model, method):
+    """(learning rate, (reg_bias, reg_linear, *reg_factors)) ``model`` was trained with, each
+    None where its file does not say or it was trained by another method: what a continuation
+    keeps unless the caller gives its own."""
+    saved = (model.info or {}).get("options") or {}
+    if saved.get("method") != method:
+        return None, None
+    rate = float(saved["learn_rate"]) if isinstance(saved.get("learn_rate"), (int, float)) else None
+    regular = None
+    if all(k in saved for k in ("reg_bias", "reg_linear", "reg_factors")):
+        factors = saved["reg_factors"] if isinstance(saved["reg_factors"], (list, tuple)) else [saved["reg_factors"]]
+        regular = (saved["reg_bias"], saved["reg_linear"], *factors)
+    return rate, regular
+
+
 def settle(model, source, task, kind=None, ranks=None):
     """(kind, ranks) to continue ``model`` with; InputError (exit 2) when a given one differs.
 

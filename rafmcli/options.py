@@ -81,6 +81,12 @@ RACE_FIRST_RUNG_SHARE = 0.1  # as rafm tune's first rung (solvers/tune.FIRST_RUN
 RACE_KEEP = 1 / 3
 RACE_MAX_PARAMS = 150_000_000  # parameters of all the raced models at once; above: L2 alone, or no race
 
+# AdaGrad's sums of squared gradients start here, as libffm's and xLearn's (TensorFlow's
+# initial_accumulator_value): a coordinate's first steps are then about lr * g, as SGD's.
+# From 0 every coordinate a row first touches moved by lr * sign(g), a full step whatever
+# the gradient (5x the init stdev at the default rate), which rare features never recover.
+ADAGRAD_START = 1.0
+
 # Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc
 # start from libFM's init_stdev; als's L2 weights are prior precisions (added once per

@@ -158,3 +158,38 @@ def test_a_warm_start_keeps_the_raced_rate_and_l2(sample):
     est.set_params(iters=2).fit(train, eval_set=(valid, valid.labels))
     kept = est.model_.info["options"]
     assert (kept["learn_rate"], kept["reg_factors"]) == (chosen["learn_rate"], chosen["reg_factors"])
+
+
+@pytest.mark.parametrize("method", ["adagrad", "adam"])
+def test_new_features_state_starts_as_a_fresh_runs(method):
+    """Extending a model with state: known rows keep their sums, new rows get a fresh run's start."""
+    from rafmcli.model.layout import OptimizerState, build, extend
+    from rafmcli.solvers.sgd import optimizer_state
+
+    rng = np.random.default_rng(3)
+    model = build("rafm", "r", (2, 4), np.array([5, 9]), np.array([2, 1]), 0.1, rng, 0.0, (0.0, 1.0))
+    trained = [a + 0.25 * (k + 1) if a.shape[0] else a for k, a in enumerate(optimizer_state(method, model))]
+    model.state = OptimizerState(method, *trained, steps=7)
+    grown = extend(model, np.array([9, 5, 11]), np.array([1, 2, 2]), 0.1, rng, (0.0, 1.0))
+    fresh = optimizer_state(method, grown)
+    old_rows = {int(i): j for j, i in enumerate(model.feature_ids)}
+    for j, i in enumerate(grown.feature_ids):
+        new_w = [a[j] for a in (grown.state.w1, grown.state.w2) if a.shape[0]]
+        want_w = ([a[old_rows[i]] for a in trained[2:4] if a.shape[0]] if i in old_rows
+                  else [a[j] for a in fresh[2:4] if a.shape[0]])
+        assert new_w == want_w
+    new_rows = np.ones(grown.V.shape[0], bool)
+    for level in range(1, 3):  # the known features' factor rows, found through the old layout
+        for i, j_old in old_rows.items():
+            if model.levels[j_old] >= level:
+                j = int(np.flatnonzero(grown.feature_ids == i)[0])
+                w_old, w_new = int(model.widths[level - 1]), int(grown.widths[level - 1])
+                at_old = int(model.offsets[level - 1]) + j_old * w_old
+                at_new = int(grown.offsets[level - 1]) + j * w_new
+                for k, a in enumerate((grown.state.V1, grown.state.V2)):
+                    if a.shape[0]:
+                        np.testing.assert_array_equal(a[at_new:at_new + w_new], trained[k][at_old:at_old + w_old])
+                new_rows[at_new:at_new + w_new] = False
+    for k, a in enumerate((grown.state.V1, grown.state.V2)):
+        if a.shape[0]:
+            np.testing.assert_array_equal(a[new_rows], fresh[k][new_rows])

@@ -159,9 +159,10 @@ def test_ci_runs_readme_test_command():
 
 def test_per_method_defaults_are_the_table():
     """rafm-train(1) and --help give each method's learning rate and the race's L2 values and rate
-    steps from rafmcli/options.py (METHOD_DEFAULTS, L2_CHOICES, RATE_STEPS), the table the API
+    steps and AdaGrad's start from rafmcli/options.py (METHOD_DEFAULTS, L2_CHOICES, RATE_STEPS,
+    ADAGRAD_START), the table the API
     reads too."""
-    from rafmcli.options import L2_CHOICES, RATE_STEPS, method_default
+    from rafmcli.options import ADAGRAD_START, L2_CHOICES, RATE_STEPS, method_default
 
     documented = documented_options("rafm-train.1")
     helped = " ".join(CliRunner().invoke(main, ["train", "--help"]).output.split())
@@ -174,3 +175,4 @@ def test_per_method_defaults_are_the_table():
         shown = ", ".join(f"{s:g}" for s in steps[:-1]) + f" and {steps[-1]:g} times"
         assert shown in " ".join(documented["--learn-rate"].split()) and method in documented["--learn-rate"]
         assert ",".join(f"{s:g}" for s in steps) + " times for" in helped
+    assert f"gradients start at {ADAGRAD_START:g}," in " ".join(documented["--method"].split())

@@ -7,9 +7,10 @@ The chain, each link checked against the one before, all references float64
    stop-gradients, per parameter group;
 2. the kernel's gradient (GRADIENT mode) equals ``naive.row_gradient``;
 3. one SGD, AdaGrad and Adam step of the kernel equals the closed form
-   ``naive.optimizer_step`` of that gradient, from a non-zero optimizer state
-   (a fresh AdaGrad or Adam state makes the first step lr sign(g), blind to
-   the gradient's size), with L2, values != 1 and rho_d != rho_f.
+   ``naive.optimizer_step`` of that gradient, from a random mid-training
+   optimizer state (a fresh Adam state makes the first step lr sign(g), blind
+   to the gradient's size), with L2, values != 1 and rho_d != rho_f; and the
+   first AdaGrad step from a fresh state, whose sums start at ADAGRAD_START.
 """
 
 import numpy as np
@@ -18,6 +19,8 @@ from naive import dependent_mask, linear, objective, optimizer_step, pair_loop, 
 
 from rafmcli.kernels import sgd as K
 from rafmcli.model.layout import build
+from rafmcli.options import ADAGRAD_START
+from rafmcli.solvers.sgd import optimizer_state
 
 LR, LR_DEP, WEIGHT = 0.05, 0.2, 0.7
 REG = (0.05, 0.1, (0.2, 0.1, 0.3))  # bias, linear, pairwise per level
@@ -179,6 +182,24 @@ def expected_step(method, model, state, grads, variant):
     for a, b in zip(sv, new_sv):
         a[touched] = b
     return w0, w, V, s0, sw, sv
+
+
+@pytest.mark.parametrize("kind,ranks,variant", CASES[:3])
+def test_first_adagrad_step_starts_from_the_table_sums(kind, ranks, variant):
+    """A fresh AdaGrad state holds ADAGRAD_START everywhere: the first step is lr g / sqrt(start + g^2)."""
+    model = make_model(kind, ranks, "r")
+    grads = row_gradient(model, IDS, VALS, 0.7, variant, WEIGHT, (REG[0], REG[1], reg_levels(len(ranks))))
+    nv, nw, empty = model.V.shape[0], model.w.shape[0], np.zeros(0, np.float32)
+    start = (np.full(nv, ADAGRAD_START), empty, np.full(nw, ADAGRAD_START), empty, np.array([ADAGRAD_START, 0]))
+    w0, w, V, s0, sw, sv = expected_step("adagrad", model, start, grads, variant)
+    old = (model.w0, model.w.astype(np.float64), model.V.astype(np.float64))
+    state = optimizer_state("adagrad", model)
+    kernel_run(model, 0.7, variant, K.ADAGRAD, state)
+    assert model.w0 - old[0] == pytest.approx(w0 - old[0], rel=1e-4)
+    np.testing.assert_allclose(model.w - old[1], w - old[1], rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(model.V - old[2], V - old[2], rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(state[0], sv[0], rtol=1e-5)
+    assert np.count_nonzero(state[0] != ADAGRAD_START) == np.count_nonzero(grads[2])
 
 
 @pytest.mark.parametrize("task", ["r", "c"])

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rafmcli.options import ADAGRAD_START
+
 CACHE_LINE = 64  # bytes
 
 
@@ -156,7 +158,7 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     Known features keep their level, weights and factors; new ones get
     ``levels`` (Eq. 17 on the new data, one per id of ``feature_ids``), w = 0
     and factors ~ N(0, init_stdev). Optimizer state moves with its parameters
-    and starts at zero for the new features. The target range is the union.
+    and starts as a fresh run's for the new features. The target range is the union.
     """
     new = internal_indices(model, feature_ids)[0] < 0
     ids = np.concatenate([model.feature_ids, np.asarray(feature_ids, dtype=np.int32)[new]])
@@ -181,6 +183,9 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
                                                   for a in (st.V1, st.V2)),
                                      *(np.zeros(grown.w.shape[0] if a.shape[0] else 0, a.dtype)
                                        for a in (st.w1, st.w2)), st.bias.copy(), st.steps)
+        if st.method == "adagrad":  # new features' sums start where a fresh run's do
+            grown.state.V1[:] = ADAGRAD_START
+            grown.state.w1[:] = ADAGRAD_START
         for old, new_arr in ((st.V1, grown.state.V1), (st.V2, grown.state.V2)):
             if old.shape[0]:
                 move_rows(old, new_arr)

@@ -16,7 +16,7 @@ from rafmcli.errors import DivergedError
 from rafmcli.kernels import sgd as K
 from rafmcli.levels import assign_levels
 from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
-from rafmcli.options import per_level
+from rafmcli.options import ADAGRAD_START, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "sgda": K.SGD}  # sgda: solvers/sgda.py
@@ -71,14 +71,20 @@ def hyper_vector(opts, model):
 def optimizer_state(method, model):
     """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused).
 
-    accV1 and accV2 share V's layout and its cache-line alignment.
+    accV1 and accV2 share V's layout and its cache-line alignment; AdaGrad's
+    sums start at ADAGRAD_START (options.py), Adam's moments at 0.
     """
     one, two = method in ("adagrad", "adam"), method == "adam"
-    return (aligned_zeros(model.V.shape[0] if one else 0, model.V.dtype),
-            aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
-            np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
-            np.zeros(model.w.shape[0] if two else 0, dtype=model.w.dtype),
-            np.zeros(2))
+    state = (aligned_zeros(model.V.shape[0] if one else 0, model.V.dtype),
+             aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
+             np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
+             np.zeros(model.w.shape[0] if two else 0, dtype=model.w.dtype),
+             np.zeros(2))
+    if method == "adagrad":
+        for sums in state[0], state[2]:
+            sums[:] = ADAGRAD_START
+        state[4][0] = ADAGRAD_START
+    return state
 
 
 class Log:

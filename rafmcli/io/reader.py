@@ -118,9 +118,9 @@ def feature_counts(indices, max_index, n_threads=None):
     if max_index < 0 or indices.shape[0] == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     if max_index < max(1 << 22, 2 * indices.shape[0]):
-        from rafmcli.kernels.counting import nonzero_counts, occurrences
+        from rafmcli.kernels.counting import feature_counts_table
 
-        return nonzero_counts(occurrences(indices, max_index + 1, n_threads))
+        return feature_counts_table(indices, max_index + 1, n_threads)
     ids, counts = np.unique(indices, return_counts=True)
     return ids.astype(np.int32), counts.astype(np.int64)
 

@@ -1,6 +1,6 @@
-"""Counting passes over parsed data: feature occurrences n_i (O(non-zeros),
-on every core), then O(features) passes: the distinct ids, the levels of
-Eq. 17, their summary and the occurrence histogram.
+"""Counting passes over parsed data: the distinct ids and their occurrences
+n_i (O(non-zeros + ids), on every core), then O(features) passes: the levels
+of Eq. 17, their summary and the occurrence histogram.
 
 The O(features) passes run on one thread: they take milliseconds, less than
 loading a parallel kernel does. Every result is an integer count, the same
@@ -13,14 +13,25 @@ from numba import njit
 from rafmcli import threads
 
 SMALL = 1 << 16  # entries below which one thread counts alone
+SPILL = 16  # slots past the outputs per range: where a range's writes of zero counters go
 
 
-def occurrences(indices, length, n_threads=None):
-    """n_i for every id below ``length``: rows holding feature i (one entry per id a row)."""
-    counts = np.zeros(length, dtype=np.int32)
+def feature_counts_table(indices, length, n_threads=None):
+    """(ids, n) of the ids of ``indices``, all below ``length``: the distinct ids
+    ascending (int32) and n_i, the entries holding each (int64; one entry per id
+    a row, so the rows holding it). O(non-zeros + length) passes on every core:
+    counting by id ranges, then each range's non-zero counters counted and written."""
     ranges = 1 if indices.shape[0] < SMALL else n_threads or threads.available_cores()
+    ranges = max(1, min(ranges, length))
+    counts = np.zeros(length, dtype=np.int32)
     threads.spread(_count_ids, ranges, indices, counts, ranges, threads=n_threads)
-    return counts
+    found = np.zeros(ranges + 1, dtype=np.int64)
+    threads.spread(_count_nonzero, ranges, counts, ranges, found, threads=n_threads)
+    at = np.cumsum(found)  # at[lo]: distinct ids below range lo's
+    ids = np.empty(at[-1] + SPILL * ranges, dtype=np.int32)
+    n = np.empty(ids.shape[0], dtype=np.int64)
+    threads.spread(_nonzero_counts, ranges, counts, ranges, at, ids, n, threads=n_threads)
+    return ids[:at[-1]], n[:at[-1]]
 
 
 @njit(cache=True, nogil=True)
@@ -38,20 +49,28 @@ def _count_ids(lo, hi, indices, counts, ranges):
 
 
 @njit(cache=True, nogil=True)
-def nonzero_counts(counts):
-    """(ids, n) of the non-zero entries of ``counts``, ids ascending (int32, int64)."""
-    found = 0
-    for c in counts:
-        found += c != 0
-    ids = np.empty(found, dtype=np.int32)
-    out = np.empty(found, dtype=np.int64)
-    j = 0
-    for i in range(counts.shape[0]):
-        if counts[i] != 0:
-            ids[j] = i
-            out[j] = counts[i]
-            j += 1
-    return ids, out
+def _count_nonzero(lo, hi, counts, ranges, found):
+    """found[lo + 1] = non-zero counters in id ranges lo..hi-1."""
+    nonzero = 0
+    for i in range(lo * counts.shape[0] // ranges, hi * counts.shape[0] // ranges):
+        nonzero += counts[i] != 0
+    found[lo + 1] = nonzero
+
+
+@njit(cache=True, nogil=True)
+def _nonzero_counts(lo, hi, counts, ranges, at, ids, n):
+    """Ids and values of the non-zero counters of id ranges lo..hi-1, from ids[at[lo]]
+    on, without a branch: every counter is written at the next free slot, which
+    only a non-zero one takes; once the range's slots are full the rest go to
+    its SPILL slots past the end."""
+    j, end = at[lo], at[hi]
+    spill = at[-1] + SPILL * lo
+    for i in range(lo * counts.shape[0] // ranges, hi * counts.shape[0] // ranges):
+        c = counts[i]
+        k = j if j < end else spill
+        ids[k] = i
+        n[k] = c
+        j += c != 0
 
 
 @njit(cache=True, nogil=True)

@@ -29,7 +29,7 @@ def stats(files, ranks, as_json, plot_path, no_cache):
     import numpy as np
 
     from rafmcli.io.output import STDOUT, Outputs, check_target
-    from rafmcli.io.reader import read_dataset
+    from rafmcli.io.reader import count_file
     from rafmcli.stats import file_stats, render_text, strict_json
 
     try:
@@ -40,7 +40,7 @@ def stats(files, ranks, as_json, plot_path, no_cache):
         from rafmcli.plots import figure_class
 
         figure_class()  # matplotlib or exit 2, before reading anything
-    datasets = [read_dataset(f, use_cache=not no_cache, progress=True) for f in files]
+    datasets = [count_file(f, use_cache=not no_cache, progress=True) for f in files]
     with np.errstate(all="ignore"):  # every figure is checked; numpy's warnings are not for the user
         reports = [file_stats(data, ranks) for data in datasets]
     if as_json:

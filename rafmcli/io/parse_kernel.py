@@ -608,3 +608,20 @@ def join_parts(lo, hi, cuts, results, row_at, nz_at, s_labels, s_indptr, s_indic
         if with_values:
             for k in range(results[p, R_NZ]):
                 values[out_nz + k] = s_values[z0 + k]
+
+
+@njit(cache=True, nogil=True)
+def count_parts(lo, hi, cuts, results, s_indices, counts, ranges):
+    """n_i of a parsed block without joining it: add the entries of every part
+    (in the scratch regions) to ``counts``, ids in ranges lo..hi-1 of ``ranges``
+    equal ones of the table only (as counting._count_ids: threads owning
+    different ranges never write the same counter)."""
+    first = lo * counts.shape[0] // ranges
+    span = np.uint32(hi * counts.shape[0] // ranges - first)
+    mine = counts[first:]
+    for p in range(cuts.shape[0] - 1):
+        z0 = _region(cuts, p)[2]
+        for k in range(z0, z0 + results[p, R_NZ]):
+            u = np.uint32(s_indices[k] - first)
+            if u < span:
+                mine[u] += 1

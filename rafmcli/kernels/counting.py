@@ -25,6 +25,13 @@ def feature_counts_table(indices, length, n_threads=None):
     ranges = max(1, min(ranges, length))
     counts = np.zeros(length, dtype=np.int32)
     threads.spread(_count_ids, ranges, indices, counts, ranges, threads=n_threads)
+    return nonzero_ids(counts, ranges, n_threads)
+
+
+def nonzero_ids(counts, ranges=None, n_threads=None):
+    """(ids, n) of the non-zero entries of the table ``counts`` (ids ascending, int32;
+    n int64), in ``ranges`` id ranges (default: one per available core) on every core."""
+    ranges = max(1, min(ranges or n_threads or threads.available_cores(), counts.shape[0]))
     found = np.zeros(ranges + 1, dtype=np.int64)
     threads.spread(_count_nonzero, ranges, counts, ranges, found, threads=n_threads)
     at = np.cumsum(found)  # at[lo]: distinct ids below range lo's

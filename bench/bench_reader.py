@@ -12,6 +12,8 @@ processes (``--repeats`` of them; the median and, in brackets, the range):
 * the parse alone in-process (``read_dataset``, kernels already loaded), and
   its peak memory above the process's size before reading against the bytes
   of the arrays it returns (the target is below 2x);
+* what ``rafm stats --no-cache`` does in-process (``count_file``: the parse
+  counted block by block, no CSR arrays; trees before issue 11's stop 18: -);
 * ``rafm stats FILE`` and ``read_dataset`` from the cache (entry written
   once beforehand).
 
@@ -45,6 +47,15 @@ def rss(field):
             return int(line.split()[1]) * 1024
 
 path, use_cache, warm = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+if sys.argv[2] == "count":  # what rafm stats --no-cache does (a tree without count_file: nothing)
+    if not hasattr(reader, "count_file"):
+        print("{}")
+        sys.exit()
+    reader.count_file(warm, use_cache=False)
+    t = time.perf_counter()
+    reader.count_file(path, use_cache=False)
+    print(json.dumps({"seconds": time.perf_counter() - t}))
+    sys.exit()
 reader.read_dataset(warm, use_cache=False)   # load compiled kernels first
 base = rss("VmRSS")
 t = time.perf_counter()
@@ -131,6 +142,10 @@ def main(rows, repeats, baseline, ffm):
             r["parse"] = [p["seconds"] for p in parses]
             r["ratio"] = [p["peak"] / p["arrays"] for p in parses]
             r["info"] = parses[0]
+            counts = [json.loads(timed([sys.executable, "-c", PARSE, path, "count", warm], env)[2])
+                      for _ in range(repeats)]
+            if counts[0]:
+                r["count"] = [c["seconds"] for c in counts]
             timed(rafm + ["stats", path], env)  # writes the cache entry
             runs = [timed(rafm + ["stats", path], env) for _ in range(repeats)]
             r["cached"] = [w for w, _, _ in runs]
@@ -150,6 +165,7 @@ def main(rows, repeats, baseline, ffm):
         ("  peak RSS (MB)", "stats_rss", lambda b: b / 1e6, ""),
         ("parse alone, in-process (MB/s)", "parse", lambda s: mb / s, ""),
         ("  peak memory / arrays", "ratio", lambda x: x, "< 2"),
+        ("stats' counting pass alone, in-process (MB/s)", "count", lambda s: mb / s, ""),
         ("rafm stats from the cache, whole command (s)", "cached", lambda s: s, ""),
         ("  peak RSS (MB)", "cached_rss", lambda b: b / 1e6, ""),
         ("cached re-open, in-process (s)", "reopen", lambda s: s, "< 1"),

@@ -357,8 +357,8 @@ class _FMEstimator:
         from rafmcli.solvers.sgd import race_choices, train
 
         # as rafm train without --regular, --learn-rate
-        pairs = race_choices(data, opts, l2=self.reg_factors is None, rate=self.learn_rate is None)
-        extra = {"init": init, "race_pairs": pairs if init is None else None}
+        plan = race_choices(data, opts, l2=self.reg_factors is None, rate=self.learn_rate is None)
+        extra = {"init": init, "race_plan": plan if init is None else None}
 
         def echo(message):
             print(message, file=sys.stderr)

@@ -30,11 +30,30 @@ def test_race_choices_are_the_table(data, method):
     train, _ = data
     opts = opts_for(method)
     rates = [opts.learn_rate * s for s in RATE_STEPS[method]]
-    assert sorted(race_choices(train, opts)) == sorted((c, r) for c in L2_CHOICES for r in rates)
-    assert race_choices(train, opts, rate=False) == [(c, opts.learn_rate) for c in L2_CHOICES]
-    assert sorted(race_choices(train, opts, l2=False)) == sorted((None, r) for r in rates)  # None: L2 as given
+    assert sorted(race_choices(train, opts).pairs) == sorted((c, r) for c in L2_CHOICES for r in rates)
+    assert race_choices(train, opts, rate=False).pairs == [(c, opts.learn_rate) for c in L2_CHOICES]
+    assert sorted(race_choices(train, opts, l2=False).pairs) == sorted((None, r) for r in rates)  # None: as given
     assert race_choices(train, opts, l2=False, rate=False) is None
     assert method_default("adam", "learn_rate") * max(RATE_STEPS["adam"]) > 0.005  # Adam's 0.001 alone is slow
+
+
+def test_a_model_too_large_for_nine_races_l2_alone_and_says_why(data, sample, monkeypatch):
+    from rafmcli import options
+    from rafmcli.levels import assign_levels, summarize
+
+    train, _ = data
+    opts = opts_for("adagrad")
+    params = summarize(assign_levels(train.counts, opts.ranks), train.counts, train.n_rows,
+                       opts.ranks).params("rafm")
+    monkeypatch.setattr(options, "RACE_MAX_PARAMS", 5 * params)
+    plan = race_choices(train, opts)
+    assert plan.pairs == [(c, opts.learn_rate) for c in L2_CHOICES]
+    assert f"learning rate 0.05 not raced: 9 models of {params:,} parameters" in plan.note
+    assert race_choices(train, opts, rate=False).note == ""  # a given rate needs no reason
+    out = CliRunner().invoke(main, ["train", "--task", "r", "--train", sample("regression.train"), "--validation",
+                                    sample("regression.validation"), "--ranks", "4,16", "--iter", "2"])
+    assert out.exit_code == 0 and "racing 3 values of pairwise L2" in out.output
+    assert "rafm: learning rate 0.05 not raced: 9 models of" in out.output and "--learn-rate to choose" in out.output
 
 
 @pytest.mark.parametrize("method", ["als", "mcmc", "sgda"])
@@ -48,7 +67,7 @@ def test_race_runs_every_pair_a_tenth_then_the_best_third_to_the_end(data, monke
     train, valid = data
     opts = replace(opts_for("adagrad"), iters=30, early_stop=3)
     assert race_rungs(100) == (10, 100) and race_rungs(30) == (3, 30) and race_rungs(5) == (1, 5)
-    pairs = race_choices(train, opts)
+    pairs = race_choices(train, opts).pairs
     candidates = [replace(opts, reg_factors=(c, c), learn_rate=r) for c, r in pairs]
     advanced = []
     from rafmcli.solvers import sgd
@@ -76,6 +95,31 @@ def test_race_runs_every_pair_a_tenth_then_the_best_third_to_the_end(data, monke
         t.advance(3)
         first_scores[(c, r)] = t.best[0]
     assert set(finalists) == set(sorted(pairs, key=lambda p: (first_scores[p], pairs.index(p)))[:3])
+
+
+def test_raced_runs_share_one_copy_of_the_rows_and_train_as_alone(data, monkeypatch):
+    """The candidates' row arrays (in internal ids) are one copy, and the winner is the model its
+    options train alone."""
+    from rafmcli.solvers import sgd
+
+    train, valid = data
+    opts = replace(opts_for("adagrad"), iters=4, early_stop=0)
+    candidates = [replace(opts, learn_rate=r) for r in (0.02, 0.05, 0.1)]
+    rows = []
+    original = sgd.Training.advance
+
+    def spy(self, until, *args, **kwargs):
+        rows.append(self.data_rows[:3] + self.valid_rows[:3])
+        return original(self, until, *args, **kwargs)
+
+    monkeypatch.setattr(sgd.Training, "advance", spy)
+    run, _ = race(train, opts, valid, candidates, race_rungs(opts.iters))
+    assert len(rows) == 4 and all(a is b for r in rows[1:] for a, b in zip(r, rows[0]))
+    monkeypatch.setattr(sgd.Training, "advance", original)
+    alone = sgd.Training(train, run.opts, valid)
+    alone.advance(opts.iters)
+    np.testing.assert_array_equal(alone.model.V, run.model.V)
+    assert alone.history[-1]["rmse"] == run.history[-1]["rmse"]
 
 
 def test_a_diverging_pair_is_out_not_fatal(data):

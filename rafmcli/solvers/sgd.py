@@ -7,7 +7,7 @@ stop.
 
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class Training:
     resume it in another process. ``result()`` restores the best epoch.
     """
 
-    def __init__(self, data, opts, validation=None, levels_override=None, groups=None, init=None):
+    def __init__(self, data, opts, validation=None, levels_override=None, groups=None, init=None, rows_of=None):
         self.opts = opts
         self.rng = np.random.default_rng(opts.seed)
         levels = feature_levels(data, opts.ranks, levels_override)
@@ -146,21 +146,28 @@ class Training:
         self.best = (math.inf, 0, None)  # (loss of the watched metric, epoch, (w0, w, V) then)
         self.history = []
         self.stopped = False  # early stopping ended the run
-        self.attach(data, validation)
+        self.attach(data, validation, rows_of)
 
-    def attach(self, data, validation=None):
-        """(Re)connect the training and validation rows (after unpickling)."""
-        rows = kernel_rows(self.model, data)
+    def attach(self, data, validation=None, rows_of=None):
+        """(Re)connect the training and validation rows (after unpickling).
+
+        ``rows_of``: a Training on the same rows whose model numbers the features
+        as this one does; its row arrays (in internal ids) are shared, not copied.
+        """
         self.n_rows = data.n_rows
-        self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
         self.validation = validation
-        self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
+        if rows_of is not None and np.array_equal(rows_of.model.feature_ids, self.model.feature_ids):
+            self.data_rows, self.valid_rows = rows_of.data_rows, rows_of.valid_rows
+        else:
+            rows = kernel_rows(self.model, data)
+            self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
+            self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.kmodel = self.model.kernel_model()
         if self.opts.method == "sgda" and self.adaptive is None:
             from rafmcli.solvers.sgda import AdaptiveStep
 
-            self.adaptive = AdaptiveStep(self.model, rows, self.data_rows[3], self.valid_rows, validation.labels,
-                                         self.groups, self.opts, self.column_of)
+            self.adaptive = AdaptiveStep(self.model, self.data_rows[:3], self.data_rows[3], self.valid_rows,
+                                         validation.labels, self.groups, self.opts, self.column_of)
 
     def __getstate__(self):
         """Everything but the data (and sgda's step sizes: `rafm tune` runs sgd, adagrad and adam)."""
@@ -307,11 +314,13 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
     by the watched validation metric, ties to the earlier candidate) goes on to
     the next rung; after the last rung the best is returned, as a
     :class:`Training` to go on with, with every candidate's best score for the
-    record (NaN: it diverged and is out). Dropped runs free their memory.
+    record (NaN: it diverged and is out). The runs share one copy of the rows in
+    internal ids; dropped runs free their parameters.
     """
     from rafmcli.options import RACE_KEEP
 
-    runs = [Training(data, c, validation, levels_override) for c in candidates]
+    runs = [Training(data, candidates[0], validation, levels_override)]
+    runs += [Training(data, c, validation, levels_override, rows_of=runs[0]) for c in candidates[1:]]
     scores, diverged = [math.nan] * len(runs), None
     alive = list(range(len(runs)))
     for until in rungs:
@@ -350,10 +359,21 @@ def race_rungs(iters):
     return (first, iters) if first < iters else (iters,)
 
 
+@dataclass
+class RacePlan:
+    """What ``rafm train`` races on its validation rows (:func:`race_choices`).
+
+    ``pairs``: (pairwise L2, learning rate), an L2 of None keeping opts.reg_factors as given;
+    ``note``: why the learning rate is not raced when the user left it free, or "".
+    """
+
+    pairs: list
+    note: str = ""
+
+
 def race_choices(data, opts, l2=True, rate=True):
-    """The (pairwise L2, learning rate) pairs ``rafm train`` races when the user fixed neither or
-    one of them: options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's);
-    an L2 of None keeps opts.reg_factors as given.
+    """The RacePlan of ``rafm train`` when the user fixed neither or one of L2 and the rate:
+    options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's).
     Only L2 when all the pairs at once would be too large (options.RACE_MAX_PARAMS); None when
     nothing is left to race or the method does not race (als, mcmc, sgda)."""
     from rafmcli.levels import summarize
@@ -361,17 +381,22 @@ def race_choices(data, opts, l2=True, rate=True):
 
     if opts.method not in RATE_STEPS:
         return None
-    summary = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks)
+    params = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks).params(opts.model)
     l2s = L2_CHOICES if l2 else [None]  # None: the L2 the user gave (whole: one value per level or group)
     rates = [opts.learn_rate * s for s in RATE_STEPS[opts.method]] if rate else [opts.learn_rate]
-    if summary.params(opts.model) * len(l2s) * len(rates) > RACE_MAX_PARAMS:
+    note = ""
+    if params * len(l2s) * len(rates) > RACE_MAX_PARAMS and len(rates) > 1:
+        note = (f"learning rate {opts.learn_rate:g} not raced: {len(l2s) * len(rates)} models of {params:,} "
+                f"parameters at once would exceed {RACE_MAX_PARAMS:,}; --learn-rate to choose")
         rates = [opts.learn_rate]
     pairs = [(c, r) for r in rates for c in l2s]
-    return pairs if len(pairs) > 1 and summary.params(opts.model) * len(pairs) <= RACE_MAX_PARAMS else None
+    if len(pairs) > 1 and params * len(pairs) <= RACE_MAX_PARAMS:
+        return RacePlan(pairs, note)
+    return None
 
 
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
-          progress=True, echo=print, groups=None, init=None, race_pairs=None):
+          progress=True, echo=print, groups=None, init=None, race_plan=None):
     """Train a model on ``data``; returns (model, history of per-epoch dicts).
 
     ``opts.method`` sgda runs :class:`rafmcli.solvers.sgda.AdaptiveStep` epochs (it needs
@@ -386,8 +411,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
 
     ``rlog``: a writable text file for the per-epoch table (see :class:`Log`), or None.
 
-    ``race_pairs``: with ``validation`` and a method of this module, race these
-    (pairwise L2, learning rate) pairs first (:func:`race`, the pairs from
+    ``race_plan``: with ``validation`` and a method of this module, race its
+    (pairwise L2, learning rate) pairs first (:func:`race`, the plan from
     :func:`race_choices`) and go on with the winner.
 
     With ``validation``, keeps the parameters of the epoch with the best
@@ -395,7 +420,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     improvement (0: never stop early).
     """
     log = Log(rlog, opts.task)
-    if race_pairs and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
+    if race_plan and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
+        race_pairs = race_plan.pairs
         rungs = race_rungs(opts.iters)
         l2s = sorted({c for c, _ in race_pairs if c is not None})
         rates = sorted({r for _, r in race_pairs})
@@ -405,6 +431,8 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
             echo(f"rafm: racing {len(race_pairs)} {'pairs' if all(raced) else 'values'} of "
                  f"{' and '.join(r for r in raced if r)} on the validation rows: all for {rungs[0]} epochs"
                  + (", the best third on to the end" if len(rungs) > 1 else ""))
+            if race_plan.note:
+                echo(f"rafm: {race_plan.note}")
         candidates = [replace(opts, reg_factors=opts.reg_factors if c is None else (c,) * len(opts.reg_factors),
                               learn_rate=r) for c, r in race_pairs]
         run, scores = race(data, opts, validation, candidates, rungs, levels_override)

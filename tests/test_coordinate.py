@@ -92,12 +92,22 @@ def setup(kind, ranks, seed=0, groups=None, threads=1, ones=False, local_rows=No
     return problem, scratch
 
 
-def group_priors(problem, seed):
-    """Random priors per group: means, precisions (linear [G], factors [G, coords])."""
+def group_priors(problem, seed, dependent_rows=False):
+    """Random priors per group: means, precisions (linear [G], factors [G, coords]; with
+    ``dependent_rows``, [2G, coords]: rows G.. for RaFM's dependent vectors)."""
     rng = np.random.default_rng(seed)
     G, n_coords = problem.n_groups, int(problem.model.widths.sum())
-    return C.Priors(rng.normal(0, 0.2, G), rng.uniform(0.5, 3.0, G), rng.normal(0, 0.2, (G, n_coords)),
-                    rng.uniform(0.5, 3.0, (G, n_coords)))
+    rows = 2 * G if dependent_rows else G
+    return C.Priors(rng.normal(0, 0.2, G), rng.uniform(0.5, 3.0, G), rng.normal(0, 0.2, (rows, n_coords)),
+                    rng.uniform(0.5, 3.0, (rows, n_coords)))
+
+
+def prior_row(problem, priors, i, l):
+    """The prior row of v_i^(l): its group's, or with dependent rows (RaFM, l below i's top level
+    k_i, levels 1-based in model.levels) row G + its group."""
+    g = int(problem.group[i])
+    split = priors.mu_v.shape[0] > problem.n_groups
+    return g + problem.n_groups if split and problem.model.nested and problem.model.levels[i] > l + 1 else g
 
 
 def coord_index(problem, level, f):
@@ -147,7 +157,8 @@ def naive_sweep(problem, priors, alpha, draw, keys):
     for pos, i, l, f in coordinates(problem):
         g, h = linear_in(problem, model.V, pos)
         c = coord_index(problem, l, f)
-        lam, mu = priors.lam_v[group[i], c], priors.mu_v[group[i], c]
+        row = prior_row(problem, priors, i, l)
+        lam, mu = priors.lam_v[row, c], priors.mu_v[row, c]
         p = alpha * (h @ h) + lam
         mean = (alpha * ((y - g) @ h) + lam * mu) / p
         model.V[pos] = np.float32(mean + (K.normals(keys[1], pos + 1)[pos] / math.sqrt(p) if draw else 0.0))
@@ -172,12 +183,13 @@ def naive_distilled_sweep(problem, priors, alpha, draw, keys, c):
     """The factor sweep with RaFM's distillation term, naively: a dependent coordinate of level l
     (feature above l) has the density's extra factor exp(-c alpha/2 Sum R_l^2), R_l = g_d + theta h_d
     from the pair loop; the other coordinates (the teachers) have none."""
-    model, group = problem.model, problem.group
+    model = problem.model
     y = problem.labels
     for pos, i, l, f in coordinates(problem):
         g, h = linear_in(problem, model.V, pos)
         cidx = coord_index(problem, l, f)
-        lam, mu = priors.lam_v[group[i], cidx], priors.mu_v[group[i], cidx]
+        row = prior_row(problem, priors, i, l)
+        lam, mu = priors.lam_v[row, cidx], priors.mu_v[row, cidx]
         p = alpha * (h @ h) + lam
         num = alpha * ((y - g) @ h) + lam * mu
         if model.levels[i] > l + 1:
@@ -194,16 +206,18 @@ def naive_distilled_sweep(problem, priors, alpha, draw, keys, c):
 
 @pytest.mark.parametrize("ranks", [(2, 9), (2, 3, 9)])
 @pytest.mark.parametrize("draw,local_rows", [(False, 4096), (True, 3)], ids=["als-gathered", "mcmc-streamed"])
-def test_distilled_sweep_equals_naive_updates(ranks, draw, local_rows):
+@pytest.mark.parametrize("dependent_rows", [False, True], ids=["group-means", "dependent-means"])
+def test_distilled_sweep_equals_naive_updates(ranks, draw, local_rows, dependent_rows):
     """RaFM's dependent coordinates with the distillation term: each update against the full-data
-    conditional (pair loop), and the cached residuals R_l against the pair loop's B_{1,l+1} - B_{1,l}."""
+    conditional (pair loop), and the cached residuals R_l against the pair loop's B_{1,l+1} - B_{1,l}.
+    With dependent rows, a dependent vector's prior is row G + g (MCMC with shared precisions)."""
     problem, scratch = setup("rafm", ranks, local_rows=local_rows)
     reference, _ = setup("rafm", ranks)
     scratch = C.Scratch.for_rows(problem.labels.shape[0], 1, local_rows, distilled_levels=len(ranks) - 1)
     scratch.start(problem, problem.labels - naive_scores(problem))
     for l in range(len(ranks) - 1):
         np.testing.assert_allclose(scratch.R[:, l], naive_gaps(problem, l), atol=1e-6)
-    priors = group_priors(problem, 5)
+    priors = group_priors(problem, 5, dependent_rows)
     alpha, keys, c = 1.7, (11, 12), 2.5
     assert C.sweep(problem, priors, alpha, scratch, draw, keys, C.Workers(1), linear=False, distil=c) == 0
     naive_distilled_sweep(reference, priors, alpha, draw, keys, c)
@@ -426,6 +440,55 @@ def test_meta_groups_get_their_own_prior_mean():
     pooled = C.train(data, opts, groups=single_group(20), quiet=True, use_cache=False)
     assert pooled.priors.mu_w.shape == (1,)
     assert pooled.priors.mu_w[0] == pytest.approx(0.5, abs=0.5)
+
+
+@pytest.mark.parametrize("dep_row", [0, 3])
+def test_group_moments_count_each_vector_in_its_prior_row(dep_row):
+    """Count, Sum v and Sum v^2 per prior row and coordinate against a loop over the vectors:
+    v_i^(l) is in row group[i], or with ``dep_row`` and l below i's top level, row group[i] + dep_row."""
+    groups = groups_of(random_data(0).feature_ids, 3)
+    problem, _ = setup("rafm", (2, 3, 9), groups=groups)
+    m = problem.model
+    got = K.group_moments(m.V, m.widths, m.offsets, m.sizes, problem.group, 3, m.nested, dep_row)
+    want = np.zeros((3, 3 + dep_row, int(m.widths.sum())))
+    for l, width in enumerate(m.widths):
+        c = coord_index(problem, l, 0)
+        for i in np.flatnonzero(m.levels >= l + 1):
+            row = problem.group[i] + (dep_row if m.levels[i] > l + 1 else 0)
+            v = m.V[m.offsets[l] + i * width:m.offsets[l] + (i + 1) * width].astype(np.float64)
+            want[:, row, c:c + width] += [np.ones(width), v, v * v]
+    assert dep_row == 0 or want[0, 3:].sum() > 0  # there are dependent vectors
+    for k in range(3):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-12)
+
+
+def test_dependent_vectors_get_prior_means_of_their_own():
+    """RaFM MCMC with shared precisions: rows G + g hold the dependent vectors' prior means, which
+    follow those vectors (all at 3: mu's conditional mean 3 n/(n + b0)) while the top vectors' rows
+    stay at theirs (0); one lam per coordinate. libFM's per-group precisions, FM and ALS keep a row
+    per group."""
+    groups = groups_of(random_data(0).feature_ids, 2)
+    problem, _ = setup("rafm", (2, 9), groups=groups)
+    m = problem.model
+    dependent = np.zeros(m.V.shape[0], dtype=bool)
+    dependent[m.offsets[0]:m.offsets[0] + m.sizes[1] * m.widths[0]] = True  # level 0 of the level-2 features
+    m.V[:] = np.where(dependent, 3.0, 0.0)
+    count, total, square = K.group_moments(m.V, m.widths, m.offsets, m.sizes, problem.group, 2, m.nested, 2)
+    N = 20000
+    mu, lam = np.zeros((4, N, m.widths.sum())), np.zeros((4, N, m.widths.sum()))
+    C.draw_hyper(np.random.default_rng(4), *(np.repeat(a[:, None], N, 1) for a in (count, total, square)), mu, lam,
+                 shared=True)
+    np.testing.assert_array_equal(lam[0], lam[3])
+    n = count[2:, 0]
+    np.testing.assert_allclose(mu[2:, :, 0].mean(axis=1), 3.0 * n / (n + C.BETA_0), atol=0.05)  # level 0, dependent
+    np.testing.assert_allclose(mu[:2, :, :].mean(axis=1), 0.0, atol=0.05)
+    data = random_data(0)
+    for method, model, extra, rows in (("mcmc", "rafm", {}, 4), ("mcmc", "rafm", {"shared_precision": False}, 2),
+                                       ("mcmc", "fm", {}, 2), ("als", "rafm", {}, 2)):
+        opts = Options(task="r", model=model, ranks=(2, 9) if model == "rafm" else (3,), method=method, iters=2,
+                       holdout=0.0, seed=1, **extra)
+        result = C.train(data, opts, groups=groups, quiet=True, use_cache=False)
+        assert result.priors.mu_v.shape[0] == rows, (method, model, extra)
 
 
 def test_threads_give_the_same_chain_bit_for_bit():

@@ -261,12 +261,14 @@ def _draw(old, hh, eh, alpha, prior_mu, prior_lam, draw, key, counter, dd=0.0, e
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, R, cd, draw, key, l, f0, cstart, order, lo, hi,
-                buffers):
+def factor_part(csc, layout, group, dep_row, mu, lam, alpha, e, S, T, R, cd, draw, key, l, f0, cstart, order, lo,
+                hi, buffers):
     """Update coordinates f0..f0+BLOCK-1 (within level l's width) of v_i^(l) for i in order[lo:hi].
 
     The prior of coordinate f of a feature in group g is mu[g, cstart + f],
-    lam[g, cstart + f]. S and T hold the block's row sums (:func:`block_sums`).
+    lam[g, cstart + f]; a RaFM dependent vector's (l < k_i) is row g + dep_row
+    (0: its group's row; see :func:`group_moments`). S and T hold the block's
+    row sums (:func:`block_sums`).
     RaFM with cd > 0: R[r, l] is row r's distillation residual R_l (module notes).
 
     A feature with at most ``H.shape[1]`` rows (``buffers`` = (H, E, D, W, Hd,
@@ -290,7 +292,7 @@ def factor_part(csc, layout, group, mu, lam, alpha, e, S, T, R, cd, draw, key, l
     for idx in range(lo, hi):
         i = order[idx]
         dep = i < size_next
-        g = group[i]
+        g = group[i] + dep_row if dep else group[i]
         base = np.uint64(offsets[l]) + np.uint64(i) * np.uint64(width) + np.uint64(f0)
         j = col_of[i]
         a, z = colptr[j], colptr[j + 1]
@@ -429,23 +431,27 @@ def distillation_residuals(csr, widths, offsets, sizes, V, R, lo, hi):
 
 
 @njit(cache=True)
-def group_moments(V, widths, offsets, sizes, group, n_groups):
-    """Per group and coordinate: (count, Sum v, Sum v^2) over the features of each level.
+def group_moments(V, widths, offsets, sizes, group, n_groups, nested, dep_row):
+    """Per prior row and coordinate: (count, Sum v, Sum v^2) over the features of each level.
 
     Coordinates are numbered level after level (level l from sum(widths[:l]));
-    count is |F_l and group g| for every coordinate of level l.
+    a vector v_i^(l) counts in row group[i], or in row group[i] + ``dep_row`` when
+    ``dep_row`` > 0 and it is a RaFM dependent vector (``nested``, i in F_{l+1}):
+    n_groups + dep_row rows in all.
     """
+    m = widths.shape[0]
     n_coords = 0
-    for l in range(widths.shape[0]):
+    for l in range(m):
         n_coords += widths[l]
-    count = np.zeros((n_groups, n_coords))
-    total = np.zeros((n_groups, n_coords))
-    square = np.zeros((n_groups, n_coords))
+    count = np.zeros((n_groups + dep_row, n_coords))
+    total = np.zeros((n_groups + dep_row, n_coords))
+    square = np.zeros((n_groups + dep_row, n_coords))
     cstart = 0
-    for l in range(widths.shape[0]):
+    for l in range(m):
         width = widths[l]
+        size_next = sizes[l + 1] if nested and l + 1 < m else 0
         for i in range(sizes[l]):
-            g = group[i]
+            g = group[i] + dep_row if i < size_next else group[i]
             base = offsets[l] + i * width
             for f in range(width):
                 v = np.float64(V[base + f])

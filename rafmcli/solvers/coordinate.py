@@ -19,6 +19,13 @@ One loop serves both; ALS is MCMC without the draws (libFM TIST 2012, Sec. 4):
   the burn-in; classification uses the probit link with latent targets.
   RaFM's dependent vectors are also fitted to the level above (a
   distillation term of weight ``--dependent-weight`` c, the kernels' notes).
+  With shared precisions they also have prior means of their own: at level
+  l < k_i the vector v_i^(l) of a frequent feature is a student of its top
+  vector, fitted to the pairs it stands in for, while the rare features'
+  top vectors of that level are mostly prior draws; one mean per group for
+  both pulls each population towards the other. Each (group, population)
+  keeps its mu, all share the coordinate's lam (:func:`draw_hyper`, rows
+  g and G + g; ``Priors``).
 * ALS takes each coordinate's conditional mean with alpha = 1, prior means 0
   and the prior precisions fixed to the ``--regular`` values: exact
   coordinate descent on 1/2 Sum e^2 + 1/2 Sum lam theta^2.
@@ -120,7 +127,9 @@ def schedule(model, csc, counts, n_rows, parts):
 
 @dataclass
 class Priors:
-    """Current prior means and precisions: linear [groups], factors [groups, coordinates]."""
+    """Current prior means and precisions: linear [groups], factors [rows, coordinates]: a row per
+    group (row g), and for RaFM MCMC with shared precisions one more per group for the dependent
+    vectors (row G + g)."""
 
     mu_w: np.ndarray
     lam_w: np.ndarray
@@ -128,9 +137,13 @@ class Priors:
     lam_v: np.ndarray
 
 
-def fixed_priors(reg, widths):
-    """ALS: means 0, precisions the L2 weights (per group and level, broadcast over coordinates)."""
+def fixed_priors(reg, widths, dep_row=0):
+    """ALS: means 0, precisions the L2 weights (per group and level, broadcast over coordinates).
+
+    ``dep_row`` > 0: rows dep_row.. for RaFM's dependent vectors (copies of the groups' rows)."""
     lam_v = np.repeat(reg.factors, widths, axis=1)
+    if dep_row:
+        lam_v = np.concatenate([lam_v, lam_v[:dep_row]])
     return Priors(np.zeros_like(reg.linear), reg.linear.copy(), np.zeros_like(lam_v), lam_v)
 
 
@@ -343,6 +356,7 @@ def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True, dis
     order, bounds, classes = problem.sched.kernel()
     csr, csc, group, layout = problem.csr, problem.csc, problem.group, problem.layout
     widths, offsets, sizes, nested, V = layout
+    dep_row = priors.mu_v.shape[0] - problem.n_groups
     e, S, T, R = scratch.e, scratch.S, scratch.T, scratch.R
     cd = float(distil) if R.shape[0] else 0.0
     parts = bounds.shape[1] - 1
@@ -362,9 +376,10 @@ def sweep(problem, priors, alpha, scratch, draw, keys, workers, linear=True, dis
             workers.run(lambda t: K.block_sums(csr, V, offsets[l], widths[l], f0, nb, sizes[l], size_next, S, T,
                                                row_cuts[t], row_cuts[t + 1]), parts)
             for c in range(classes[l], classes[l + 1]):
-                bad += sum(workers.run(lambda t: K.factor_part(csc, layout, group, priors.mu_v, priors.lam_v, alpha, e,
-                                                           S, T, R, cd, draw, keys[1], l, f0, cstart, order,
-                                                           bounds[c, t], bounds[c, t + 1], scratch.buffers[t]),
+                bad += sum(workers.run(lambda t: K.factor_part(csc, layout, group, dep_row, priors.mu_v, priors.lam_v,
+                                                           alpha, e, S, T, R, cd, draw, keys[1], l, f0, cstart,
+                                                           order, bounds[c, t], bounds[c, t + 1],
+                                                           scratch.buffers[t]),
                                        parts))
         cstart += widths[l]
     return bad
@@ -422,7 +437,8 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     rng = np.random.default_rng([opts.seed, 1])
     model, labels = problem.model, problem.labels
     reg = Regularisation.from_options(opts, problem.n_groups)
-    priors = fixed_priors(reg, model.widths)
+    dep_row = problem.n_groups if _split_dependents(opts, model, sampling) else 0
+    priors = fixed_priors(reg, model.widths, dep_row)
     n = labels.shape[0]
     distilled = len(model.widths) - 1 if model.nested and opts.dependent_weight > 0 else 0
     scratch = Scratch.for_rows(n, opts.threads, longest=int(np.diff(problem.csc[0]).max(initial=1)),
@@ -475,8 +491,9 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
                 shared = opts.shared_precision
                 if opts.linear:
                     draw_hyper(rng, count, total, square, priors.mu_w, priors.lam_w, shared)
-                draw_hyper(rng, *K.group_moments(model.V, model.widths, model.offsets, model.sizes,
-                                                 problem.group, problem.n_groups), priors.mu_v, priors.lam_v, shared)
+                draw_hyper(rng, *K.group_moments(model.V, model.widths, model.offsets, model.sizes, problem.group,
+                                                 problem.n_groups, model.nested, dep_row),
+                           priors.mu_v, priors.lam_v, shared)
             bad = sweep(problem, priors, alpha, scratch, sampling, keys, workers, opts.linear, opts.dependent_weight)
             seconds = time.perf_counter() - start
             if bad or not math.isfinite(alpha) or not math.isfinite(model.w0):
@@ -522,6 +539,12 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     if not quiet:
         echo(_summary_line(opts, model, history, summary))
     return Result(model, history, test_predictions, priors)
+
+
+def _split_dependents(opts, model, sampling):
+    """MCMC with shared precisions on RaFM: the dependent vectors (v_i^(l), l < k_i) get prior
+    means of their own, per group (module notes)."""
+    return sampling and opts.shared_precision and model.nested and len(model.widths) > 1
 
 
 def _initial_bias(task, labels):

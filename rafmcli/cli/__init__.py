@@ -3,7 +3,7 @@
 Signals are handled here, once for every command (see :mod:`rafmcli.signals`).
 Heavy modules (numba kernels, the reader) are imported inside command bodies
 so that `rafm --help` starts fast and compiles nothing. numba's own start
-(see :class:`NumbaWithoutBlas`) is kept short too.
+(see :class:`LeanNumba`) is kept short too.
 """
 
 import sys
@@ -13,29 +13,60 @@ import click
 from rafmcli import __version__
 
 
-class NumbaWithoutBlas:
-    """An import hook that keeps numba from importing scipy.linalg.
+class LeanNumba:
+    """An import hook that keeps numba's start short (0.1-0.5 s of every command
+    that runs a kernel), leaving out what no rafm kernel uses:
 
-    The first time numba compiles or loads a kernel it imports scipy.linalg
-    (half of its start-up, 0.3 s or more) only to offer BLAS to jitted
-    ``np.dot``; no rafm kernel uses BLAS. Inside ``rafm`` that one import,
-    made from numba.np.linalg, fails, so numba runs without BLAS; any other
-    import of scipy works as usual.
+    * scipy.linalg, which numba.np.linalg imports the first time numba compiles
+      or loads a kernel (0.3 s or more) only to offer BLAS to jitted ``np.dot``;
+    * cffi, which numba.core.typing.cffi_utils imports then to type cffi
+      functions (pycparser builds its lexer's tables: 0.03-0.07 s);
+    * numba extensions: ``numba.core.entrypoints.init_all`` reads the entry points
+      of every installed distribution (0.05-0.15 s here) to run third-party
+      ``numba_extensions`` hooks; rafm's kernels use none, so numba.core.entrypoints
+      is loaded as done.
+
+    Only those imports, made from those numba modules, are refused; any other
+    import of scipy or cffi works as usual, and outside ``rafm`` (the API,
+    tests) nothing changes.
     """
 
+    _REFUSED = {"scipy.linalg": "numba.np.linalg", "cffi": "numba.core.typing.cffi_utils"}
+
     def find_spec(self, name, path=None, target=None):
-        if name == "scipy.linalg":
+        if name in self._REFUSED:
             frame = sys._getframe(1)
             while frame is not None:
-                if frame.f_globals.get("__name__") == "numba.np.linalg":
-                    raise ImportError("rafm runs numba without BLAS")
+                if frame.f_globals.get("__name__") == self._REFUSED[name]:
+                    raise ImportError(f"rafm runs numba without {name}")
                 frame = frame.f_back
+        elif name == "numba.core.entrypoints":
+            from importlib.machinery import PathFinder
+
+            spec = PathFinder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _ExtensionsDone(spec.loader)
+            return spec
         return None
 
     @classmethod
     def install(cls):
         if not any(isinstance(hook, cls) for hook in sys.meta_path):
             sys.meta_path.insert(0, cls())
+
+
+class _ExtensionsDone:
+    """numba.core.entrypoints' loader, marking numba's extensions as initialised."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        module._already_initialized = True
 
 
 class RafmGroup(click.Group):
@@ -62,7 +93,7 @@ class RafmGroup(click.Group):
         from rafmcli.errors import Terminated
 
         jit.ensure_cache_dir(lambda message: click.echo(f"rafm: warning: {message}", err=True))
-        NumbaWithoutBlas.install()
+        LeanNumba.install()
         try:
             with signals.handled():
                 return super().main(*args, **kwargs)

@@ -634,6 +634,13 @@ def _parse_block(sink, scratch, fields, buf, n, line_no, name, expected):
             int(results[:, K.R_REPEATS].sum()))
 
 
+def _on_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
 def _position(source):
     """Bytes of the file under a regular input read so far (its descriptor's
     offset: unlike ``tell()`` it does not wait for a read running in a thread)."""
@@ -644,8 +651,8 @@ def _parse(source, name, progress=False, desc="reading", sink=None):
     """Parse an opened input in one pass into a Dataset (or, with a _Tally as
     ``sink``, a Tally); a regular file that changes meanwhile is an error."""
     bar = on_block = None
-    if progress and source.regular and source.status.st_size >= PROGRESS_MIN_BYTES:
-        from tqdm import tqdm
+    if progress and source.regular and source.status.st_size >= PROGRESS_MIN_BYTES and _on_terminal(sys.stderr):
+        from tqdm import tqdm  # its bar (disable=None) shows on a terminal only: not imported for nothing
 
         bar = tqdm(total=source.status.st_size, unit="B", unit_scale=True, leave=False,
                    desc=f"{desc} {os.path.basename(name)}", disable=None)

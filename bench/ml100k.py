@@ -91,7 +91,7 @@ CONFIGS = {
     "fm-8": ("fm", (8,), {}),
     "fm-32": ("fm", (32,), {}),
     "difacto-8,32": ("difacto", (8, 32), {}),
-    "rafm-8,32": ("rafm", (8, 32), {}),
+    "rafm-8,32": ("rafm", (8, 32), {"variant": "paper"}),  # Algorithm 1 (not the default variant)
     "rafm-8,32-authors": ("rafm", (8, 32), {"variant": "authors"}),
     "rafm-8,32-cascade": ("rafm", (8, 32), {"variant": "cascade"}),
 }

@@ -91,13 +91,15 @@ ADAGRAD_START = 1.0
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc
 # start from libFM's init_stdev; als's L2 weights are prior precisions (added once per
 # parameter, as libFM's ALS), not per occurrence; mcmc averages its samples rather than
-# picking an epoch, so it needs no hold-out.
+# picking an epoch, so it needs no hold-out, and weighs RaFM's distillation term twice (c = 2:
+# of 0.5, 1, 2, 4, the best or within noise of it on ml-100k ids, side and click and on both
+# samples; issue-10 notes, stop 18).
 METHOD_DEFAULTS = {
     "sgd": {"learn_rate": 0.01},
     "adam": {"learn_rate": 0.001},  # the authors' (and Kingma and Ba's)
     "sgda": {"learn_rate": 0.01},
     "als": {"init_stdev": 0.1, "reg_linear": 10.0, "reg_factors": (10.0,)},
-    "mcmc": {"init_stdev": 0.1, "holdout": 0.0},
+    "mcmc": {"init_stdev": 0.1, "holdout": 0.0, "dependent_weight": 2.0},
 }
 
 # Options a method has no use for: rafm train refuses them (exit 2) rather than ignore them.

@@ -200,3 +200,21 @@ def test_dependent_weight_is_the_distillation_weight_of_rafm_mcmc(tmp_path, samp
     assert np.array_equal(outs[1], outs[2]) and not np.allclose(outs[0], outs[1])
     result = run(*base, "--model", "fm", "--dependent-weight", 1, "--out", tmp_path / "f.txt")
     assert result.exit_code == 2 and "--dependent-weight applies to --model rafm only" in result.output
+
+
+def test_mcmc_weighs_the_distillation_term_twice_by_default(tmp_path, sample):
+    """--method mcmc without --dependent-weight takes c = 2 (options.METHOD_DEFAULTS), in the CLI and
+    the API alike; als keeps 1; a given weight wins."""
+    from rafmcli import api
+
+    base = ("train", "--task", "r", "--train", sample("regression.train"), "--model", "rafm", "--ranks", "2,5",
+            "--iter", 2, "--quiet", "--save-model")
+    for extra, want in ((("--method", "mcmc"), 2.0), (("--method", "als"), 1.0),
+                        (("--method", "mcmc", "--dependent-weight", 1), 1.0)):
+        path = tmp_path / "m.rafm"
+        result = run(*base, path, *extra)
+        assert result.exit_code == 0, result.output
+        assert model_files.load(str(path)).info["options"]["dependent_weight"] == want, extra
+    X, y = api.read_data(sample("regression.train"), sparse=False)
+    est = api.FMRegressor(method="mcmc", model="rafm", ranks=(2, 5), iters=2, seed=1).fit(X, y)
+    assert est.model_.info["options"]["dependent_weight"] == 2.0

@@ -223,7 +223,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "loss plus distillation terms with the stop-gradients of the authors' code) or cascade "
                    "(the same terms, gradient through every level).")
 @click.option("--dependent-weight", type=FiniteFloatRange(0), default=D.dependent_weight, show_default=True,
-              help="RaFM, authors and cascade variants, als and mcmc: weight c_p of each distillation term.")
+              help="RaFM, authors and cascade variants, als and mcmc: weight c_p of each distillation term "
+                   "(mcmc: 2).")
 @click.option("--regular", type=FLOATS,
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
@@ -360,6 +361,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     init_stdev = init_stdev if _given(ctx, "init_stdev") else method_default(method, "init_stdev")
     holdout = holdout if _given(ctx, "holdout") else method_default(method, "holdout")
     learn_rate = learn_rate if _given(ctx, "learn_rate") else method_default(method, "learn_rate")
+    dependent_weight = dependent_weight if _given(ctx, "dependent_weight") else method_default(method,
+                                                                                              "dependent_weight")
     if not _given(ctx, "regular"):
         regular = ((method_default(method, "reg_bias"), method_default(method, "reg_linear"))
                    + tuple(method_default(method, "reg_factors")))

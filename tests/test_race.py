@@ -130,6 +130,34 @@ def test_a_diverging_pair_is_out_not_fatal(data):
     assert math.isnan(scores[0]) and run.opts.learn_rate == opts.learn_rate
 
 
+def test_finalists_that_diverge_keep_their_best_epoch(data, monkeypatch):
+    """Every finalist diverging at the last rung is not fatal: each keeps its best epoch, and the
+    best of those is the result, restored to that epoch's parameters."""
+    from rafmcli.errors import DivergedError
+    from rafmcli.solvers import sgd
+
+    train, valid = data
+    opts = replace(opts_for("adagrad"), iters=6, early_stop=0)
+    candidates = [replace(opts, learn_rate=r) for r in (0.02, 0.05, 0.1)]
+    original = sgd.Training.advance
+    kept = {}
+
+    def diverge_late(self, until, *args, **kwargs):
+        if until < opts.iters:
+            return original(self, until, *args, **kwargs)
+        original(self, self.epoch + 1, *args, **kwargs)
+        kept[self.opts.learn_rate] = (self.best[1], self.best[2][2].copy())
+        raise DivergedError("diverged")
+
+    monkeypatch.setattr(sgd.Training, "advance", diverge_late)
+    run, scores = race(train, opts, valid, candidates, (1, opts.iters))
+    assert len(kept) == 1 and all(math.isfinite(v) for v in scores)
+    assert run.stopped and run.opts.learn_rate in kept
+    model, _ = run.result()
+    best_epoch, best_V = kept[run.opts.learn_rate]
+    assert run.best_epoch == best_epoch and np.array_equal(model.V, best_V)
+
+
 def test_cli_races_what_is_not_given(sample, tmp_path):
     """Without --regular and --learn-rate both are raced and the chosen pair is what the model keeps;
     a given --learn-rate is not raced, and with both given there is no race."""

@@ -314,8 +314,10 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
     by the watched validation metric, ties to the earlier candidate) goes on to
     the next rung; after the last rung the best is returned, as a
     :class:`Training` to go on with, with every candidate's best score for the
-    record (NaN: it diverged and is out). The runs share one copy of the rows in
-    internal ids; dropped runs free their parameters.
+    record. A candidate that diverges stops there and keeps its best epoch, as a
+    `rafm tune` trial does; one that diverges before any epoch is out (NaN).
+    The runs share one copy of the rows in internal ids; dropped runs free their
+    parameters.
     """
     from rafmcli.options import RACE_KEEP
 
@@ -327,12 +329,13 @@ def race(data, opts, validation, candidates, rungs, levels_override=None):
         for k in list(alive):
             try:
                 runs[k].advance(until)
-                scores[k] = runs[k].best_value
             except DivergedError as exc:
-                scores[k], diverged = math.nan, exc
-                alive.remove(k)
+                runs[k].stopped, diverged = True, exc
+                if not runs[k].best[1]:
+                    alive.remove(k)
+            scores[k] = runs[k].best_value
         if not alive:
-            raise diverged  # every pair diverged: the last one's error (its epoch and rate)
+            raise diverged  # every pair diverged in its first epoch: the last one's error (its epoch and rate)
         alive = sorted(alive, key=lambda k: (runs[k].best[0], k))
         alive = alive[:1] if until == rungs[-1] else alive[:max(1, math.ceil(len(alive) * RACE_KEEP))]
         runs = [r if k in alive else None for k, r in enumerate(runs)]

@@ -33,8 +33,7 @@ def assign_levels(counts, ranks):
     """
     from rafmcli.kernels.counting import assign_levels as kernel
 
-    bounds = np.array([lo * hi for lo, hi in zip(ranks, ranks[1:])], dtype=np.int64)
-    return kernel(np.asarray(counts), bounds)
+    return kernel(np.asarray(counts), level_bounds(ranks))
 
 
 @dataclass
@@ -73,7 +72,17 @@ def summarize(levels, counts, n_rows, ranks):
 
     m = len(ranks)
     top, per_level = level_totals(np.asarray(levels), np.asarray(counts), m)
+    return summary_of_totals(top, per_level, n_rows, ranks, int(levels.shape[0]))
+
+
+def summary_of_totals(top, per_level, n_rows, ranks, n_features):
+    """The LevelSummary of the features whose top level is k (``top``) and their occurrences."""
     size = np.cumsum(top[::-1])[::-1]
     occupancy = np.cumsum(per_level[::-1])[::-1] / max(n_rows, 1)
-    return LevelSummary(tuple(ranks), size, top, occupancy, int(levels.shape[0]))
+    return LevelSummary(tuple(ranks), size, top, occupancy, n_features)
+
+
+def level_bounds(ranks):
+    """D_k D_{k+1}: level k + 1 starts where n_i^2 exceeds it (Eq. 17)."""
+    return np.array([lo * hi for lo, hi in zip(ranks, ranks[1:])], dtype=np.int64)
 

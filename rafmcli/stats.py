@@ -16,7 +16,16 @@ def occurrence_histogram(counts):
     counts = np.asarray(counts)
     if counts.size == 0:
         return []
-    per_bucket = occurrence_buckets(counts)  # bucket b holds 2^(b-1) < n <= 2^b; n = 1 is bucket 0
+    return _histogram_rows(occurrence_buckets(counts))
+
+
+def _histogram_rows(per_bucket):
+    """Rows of the histogram from features per bucket (bucket b holds 2^(b-1) < n <= 2^b;
+    n = 1 is bucket 0), up to the last non-empty bucket."""
+    nonzero = np.flatnonzero(per_bucket)
+    if nonzero.size == 0:
+        return []
+    per_bucket = per_bucket[:nonzero[-1] + 1]
     rows = []
     for b, features in enumerate(per_bucket):
         lo, hi = (1, 1) if b == 0 else (2 ** (b - 1) + 1, 2**b)
@@ -50,9 +59,8 @@ def label_summary(labels):
 
 
 def file_stats(data, ranks):
-    """Everything `rafm stats` reports about one Dataset, as plain Python values."""
-    levels = assign_levels(data.counts, ranks)
-    summary = summarize(levels, data.counts, data.n_rows, ranks)
+    """Everything `rafm stats` reports about one Dataset (or reader.Tally), as plain Python values."""
+    features, first, last, histogram, summary = _features(data, ranks)
     fm_params, fm_cost = summary.params("fm"), summary.cost("fm")
     models = {}
     for model in ("fm", "difacto", "rafm"):
@@ -63,19 +71,18 @@ def file_stats(data, ranks):
             "cost_per_row": cost,
             "cost_ratio": cost / fm_cost if fm_cost else None,
         }
-    has_ids = data.feature_ids.size > 0
     return {
         "file": data.path,
         "rows": data.n_rows,
-        "features": int(data.feature_ids.size),
+        "features": features,
         "nonzeros": data.nnz,
         "nonzeros_per_row": data.nnz / data.n_rows if data.n_rows else 0.0,
         "rows_with_repeats": int(data.rows_with_repeats),
         "fields": field_sizes(data.feature_fields),
-        "min_index": int(data.feature_ids[0]) if has_ids else None,
-        "max_index": int(data.feature_ids[-1]) if has_ids else None,
+        "min_index": first,
+        "max_index": last,
         "labels": label_summary(data.labels),
-        "histogram": occurrence_histogram(data.counts),
+        "histogram": histogram,
         "ranks": list(ranks),
         "levels": [
             {"level": k + 1, "rank": ranks[k], "features": int(summary.size[k]),
@@ -84,6 +91,26 @@ def file_stats(data, ranks):
         ],
         "models": models,
     }
+
+
+def _features(data, ranks):
+    """(features, smallest id, largest id (None when none), histogram rows, LevelSummary):
+    from a Tally's table of n_i in one pass on every core, else from the ids and counts."""
+    table = getattr(data, "table", None)
+    if table is not None:
+        from rafmcli.kernels.counting import table_summary
+        from rafmcli.levels import level_bounds, summary_of_totals
+
+        features, first, last, buckets, top, per_level = table_summary(table, level_bounds(ranks))
+        summary = summary_of_totals(top, per_level, data.n_rows, ranks, features)
+        return features, (first if features else None), (last if features else None), _histogram_rows(buckets), \
+            summary
+    ids = data.feature_ids
+    levels = assign_levels(data.counts, ranks)
+    summary = summarize(levels, data.counts, data.n_rows, ranks)
+    has_ids = ids.size > 0
+    return (int(ids.size), int(ids[0]) if has_ids else None, int(ids[-1]) if has_ids else None,
+            occurrence_histogram(data.counts), summary)
 
 
 def field_sizes(fields):

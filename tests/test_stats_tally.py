@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_parse_parallel import FEW_BLOCKS, PARALLEL, SERIAL, mixed_text
+from test_parse_parallel import FEW_BLOCKS, PARALLEL, SERIAL, field_of, mixed_text
 
 from rafmcli.cli import main
 from rafmcli.errors import InputError
@@ -117,3 +117,24 @@ def test_stats_reports_the_same_without_the_cache_and_from_stdin(tmp_path, monke
     assert list(tmp_path.joinpath("cache").iterdir())  # the first run went through the cache
     assert runs[0]["rows"] > 1500 and runs[0]["histogram"]
     assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
+@pytest.mark.parametrize("ranks", [(32, 512), (1, 2, 8, 32), (3,)])  # ties n_i^2 = D_k D_k+1 at 4, 16
+@pytest.mark.parametrize("case", ["libsvm", "libffm", "sparse ids", "no ids"])
+def test_stats_from_the_table_are_the_datasets(tmp_path, monkeypatch, ranks, case):
+    """file_stats of a Tally (one pass over its table of n_i: levels, histogram, ids)
+    is file_stats of the Dataset (levels, buckets and totals from its ids and counts)."""
+    from rafmcli.stats import file_stats
+
+    rng = np.random.default_rng(len(case))
+    path = tmp_path / "f.libfm"
+    if case == "sparse ids":
+        path.write_text("".join(f"1 {i}:1 2000000000:1\n" for i in rng.integers(0, 9, 50)))
+    elif case == "no ids":
+        path.write_text("1\n0\n")
+    else:
+        hot = f"1 {field_of(7)}:7:1 {field_of(8)}:8:1\n" if case == "libffm" else "1 7:1 8:1\n"
+        path.write_bytes(mixed_text(rng, 300, ffm=case == "libffm") + hot.encode() * 200)  # counts up to ~250
+    t, d = tally(path, PARALLEL[1], monkeypatch), dataset(path, monkeypatch)
+    assert (t.table is None) == (case == "sparse ids")
+    assert file_stats(t, ranks) == file_stats(d, ranks)

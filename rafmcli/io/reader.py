@@ -419,20 +419,35 @@ class _Arrays:
         return Dataset(name, labels, indptr, indices, values, ids, counts, repeats, fields.of(ids))
 
 
-@dataclass
 class Tally:
     """What `rafm stats` reports of a file, counted while it is parsed, without
-    its CSR arrays: a Dataset's ``path``, ``labels``, ``feature_ids``, ``counts``,
-    ``rows_with_repeats`` and ``feature_fields``, with ``n_rows`` and ``nnz``."""
+    its CSR arrays: a Dataset's ``path``, ``labels``, ``rows_with_repeats``,
+    ``feature_ids``, ``counts`` and ``feature_fields`` (the last three made from the
+    counts when first asked for), with ``n_rows`` and ``nnz``; ``table`` holds n_i
+    by id (None when the ids outgrew a table)."""
 
-    path: str
-    labels: np.ndarray
-    n_rows: int
-    nnz: int
-    feature_ids: np.ndarray
-    counts: np.ndarray
-    rows_with_repeats: int = 0
-    feature_fields: np.ndarray | None = None
+    def __init__(self, path, labels, n_rows, nnz, table, pairs, rows_with_repeats, fields):
+        self.path, self.labels, self.n_rows, self.nnz = path, labels, n_rows, nnz
+        self.table, self._pairs, self.rows_with_repeats, self._fields = table, pairs, rows_with_repeats, fields
+
+    def _listed(self):
+        if self._pairs is None:
+            from rafmcli.kernels.counting import nonzero_ids
+
+            self._pairs = nonzero_ids(self.table, n_threads=THREADS)
+        return self._pairs
+
+    @property
+    def feature_ids(self):
+        return self._listed()[0]
+
+    @property
+    def counts(self):
+        return self._listed()[1]
+
+    @property
+    def feature_fields(self):
+        return self._fields.of(self.feature_ids) if self._fields.format == 2 else None
 
 
 class _Tally:
@@ -485,13 +500,8 @@ class _Tally:
         self.pairs = ids.astype(np.int32), np.bincount(inverse, weights, ids.shape[0]).astype(np.int64)
 
     def dataset(self, name, max_index, repeats, fields):
-        if self.pairs is not None:
-            ids, counts = self.pairs
-        else:
-            from rafmcli.kernels.counting import nonzero_ids
-
-            ids, counts = nonzero_ids(self.table[:max_index + 1], n_threads=THREADS)
-        return Tally(name, self.labels[:self.rows], self.rows, self.nz, ids, counts, repeats, fields.of(ids))
+        table = None if self.pairs is not None else self.table[:max_index + 1]
+        return Tally(name, self.labels[:self.rows], self.rows, self.nz, table, self.pairs, repeats, fields)
 
 
 class _Scratch:

@@ -161,3 +161,48 @@ def _first_sightings(lo, hi, ids, seen, ranges):
             mine[u] = 1
             found += 1
     return found
+
+
+def table_summary(counts, bounds, n_threads=None):
+    """What `rafm stats` reports of the non-zero counters n_i of the table ``counts``, in one
+    pass on every core, without listing them: (features, smallest id, largest id (-1, -1
+    when none), features per occurrence bucket (as :func:`occurrence_buckets`, 64 of them),
+    features whose top level is k and their occurrences (as :func:`level_totals` of
+    :func:`assign_levels` with ``bounds``))."""
+    ranges = max(1, min(n_threads or threads.available_cores(), counts.shape[0]))
+    parts = threads.spread(_summarize_ranges, ranges, counts, ranges, bounds, threads=n_threads)
+    found = [p for p in parts if p[0]]
+    if not found:
+        return 0, -1, -1, np.zeros(64, np.int64), np.zeros(bounds.shape[0] + 1, np.int64), \
+            np.zeros(bounds.shape[0] + 1, np.int64)
+    return (sum(p[0] for p in found), min(p[1] for p in found), max(p[2] for p in found),
+            sum(p[3] for p in found), sum(p[4] for p in found), sum(p[5] for p in found))
+
+
+@njit(cache=True, nogil=True)
+def _summarize_ranges(lo, hi, counts, ranges, bounds):
+    buckets = np.zeros(64, dtype=np.int64)
+    top = np.zeros(bounds.shape[0] + 1, dtype=np.int64)
+    occ = np.zeros(bounds.shape[0] + 1, dtype=np.int64)
+    features, first, last = 0, -1, -1
+    for i in range(lo * counts.shape[0] // ranges, hi * counts.shape[0] // ranges):
+        c = counts[i]
+        if c == 0:
+            continue
+        if first < 0:
+            first = i
+        last = i
+        features += 1
+        v = np.uint64(c - 1)
+        b = 0
+        while v:
+            v >>= np.uint64(1)
+            b += 1
+        buckets[b] += 1
+        c2 = min(np.int64(c), 2**31 - 1) ** 2
+        k = 0
+        for bound in bounds:
+            k += c2 > bound
+        top[k] += 1
+        occ[k] += c
+    return features, first, last, buckets, top, occ

@@ -84,9 +84,36 @@ def test_ids_that_outgrow_a_table(tmp_path, monkeypatch, case):
         real_add = counted.add
         monkeypatch.setattr(reader, "_Tally", lambda: counted)
         seen = []
-        monkeypatch.setattr(counted, "add", lambda *a: (real_add(*a), seen.append(counted.pairs is not None)))
+        monkeypatch.setattr(counted, "add", lambda *a: (real_add(*a), seen.append(counted.entries is not None)))
         assert_same(reader.count_file(str(path), use_cache=False), reference)
         assert seen[-1] and (case == "sparse from the start") == seen[0]  # the table gave way to pairs
+
+
+def test_hashed_ids_are_sorted_once_not_once_a_block(tmp_path, monkeypatch):
+    """Past the table, each block's ids are sorted alone and all of them merged once: the ids
+    np.unique sees add up to a few times the entries, not entries times blocks."""
+    rng = np.random.default_rng(4)
+    rows = [" ".join(["0"] + [f"{i}:1" for i in sorted(set(rng.integers(0, 2**31 - 1, 3).tolist()))])
+            for _ in range(600)]
+    path = tmp_path / "hashed.libfm"
+    path.write_text("\n".join(rows) + "\n")
+    reference = dataset(path, monkeypatch)
+    sorted_ids = []
+    real_unique = np.unique
+
+    def unique(a, *args, **kwargs):
+        sorted_ids.append(np.asarray(a).shape[0])
+        return real_unique(a, *args, **kwargs)
+
+    blocks = []
+    real_add = reader._Tally.add
+    monkeypatch.setattr(reader._Tally, "add", lambda self, *a: (blocks.append(1), real_add(self, *a)))
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 200)
+    monkeypatch.setattr(np, "unique", unique)
+    counted = reader.count_file(str(path), use_cache=False)
+    monkeypatch.setattr(np, "unique", real_unique)
+    assert_same(counted, reference)
+    assert len(blocks) > 50 and sum(sorted_ids) <= 3 * reference.nnz
 
 
 def test_a_bad_line_in_any_block_gives_the_readers_error(tmp_path, monkeypatch):

@@ -456,15 +456,27 @@ class _Tally:
     n_i are counted into a table over the ids (kernels on every core, as
     :func:`feature_counts` does for whole arrays) while the largest id stays
     below what that rule allows for the file's expected entries; past it the
-    table's non-zero counters become sorted (ids, counts) pairs, and each
-    block's np.unique is merged into them.
+    table's counts become entries again (each id as often as it was counted)
+    and the ids of later blocks are kept, to be counted by one np.unique when
+    asked for, as read_dataset counts sparse ids (merging each block into sorted
+    pairs re-sorted all the ids found so far: quadratic in the blocks).
     """
 
     def __init__(self):
         self.labels = np.empty(0, dtype=np.float64)
         self.rows = self.nz = 0
         self.table = np.zeros(0, dtype=np.int32)
-        self.pairs = None
+        self.entries = None  # the ids once they outgrew a table (the first ``kept``)
+        self.kept = 0
+        self.counted = None
+
+    @property
+    def pairs(self):
+        """Sorted distinct (ids, counts) once the ids outgrew a table, else None."""
+        if self.entries is not None and self.counted is None:
+            ids, counts = np.unique(self.entries[:self.kept], return_counts=True)
+            self.counted, self.entries = (ids.astype(np.int32), counts.astype(np.int64)), np.zeros(0, np.int32)
+        return self.counted
 
     def add(self, cuts, results, space, expected):
         from rafmcli.io import parse_kernel as K
@@ -480,24 +492,24 @@ class _Tally:
         top = int(results[:, K.R_MAX_INDEX].max())
         if top < 0:
             return
-        if self.pairs is None and top >= self.table.shape[0]:
+        if self.entries is None and top >= self.table.shape[0]:
             if top < max(1 << 22, 2 * int(self.nz * expected)):
                 grown = np.zeros(max(top + 1, min(2 * self.table.shape[0], 1 << 31)), dtype=np.int32)
                 grown[:self.table.shape[0]] = self.table
                 self.table = grown
             else:
                 ids = np.flatnonzero(self.table)
-                self.pairs = ids.astype(np.int32), self.table[ids].astype(np.int64)
-                self.table = self.table[:0]
-        if self.pairs is None:
+                self.entries = np.repeat(ids.astype(np.int32), self.table[ids])
+                self.kept, self.table = self.entries.shape[0], self.table[:0]
+        if self.entries is None:
             ranges = 1 if nz < SMALL_COUNT else THREADS or threads.available_cores()
             threads.spread(K.count_parts, ranges, cuts, results, space[2], self.table, ranges, threads=THREADS)
             return
-        entries = np.concatenate([space[2][int(cuts[p]) // 2 + p:][:int(results[p, K.R_NZ])]
-                                  for p in range(cuts.shape[0] - 1)])
-        ids, inverse = np.unique(np.concatenate([self.pairs[0], entries]), return_inverse=True)
-        weights = np.concatenate([self.pairs[1], np.ones(entries.shape[0], dtype=np.int64)])
-        self.pairs = ids.astype(np.int32), np.bincount(inverse, weights, ids.shape[0]).astype(np.int64)
+        self.entries = _Arrays._grown(self.entries, self.kept + nz, expected, self.kept)
+        for p in range(cuts.shape[0] - 1):
+            got = int(results[p, K.R_NZ])
+            self.entries[self.kept:self.kept + got] = space[2][int(cuts[p]) // 2 + p:][:got]
+            self.kept += got
 
     def dataset(self, name, max_index, repeats, fields):
         table = None if self.pairs is not None else self.table[:max_index + 1]

@@ -50,10 +50,23 @@ def test_a_model_too_large_for_nine_races_l2_alone_and_says_why(data, sample, mo
     assert plan.pairs == [(c, opts.learn_rate) for c in L2_CHOICES]
     assert f"learning rate 0.05 not raced: 9 models of {params:,} parameters" in plan.note
     assert race_choices(train, opts, rate=False).note == ""  # a given rate needs no reason
+    monkeypatch.setattr(options, "RACE_MAX_PARAMS", 2 * params)  # not even three: nothing raced, and why
+    for plan, said in ((race_choices(train, opts), "learning rate 0.05 and pairwise L2 0.01 not raced: 9 models"),
+                       (race_choices(train, opts, l2=False), "learning rate 0.05 not raced: 3 models"),
+                       (race_choices(train, opts, rate=False), "pairwise L2 0.01 not raced: 3 models")):
+        assert plan.pairs == [] and said in plan.note
+    assert "--learn-rate and --regular to choose" in race_choices(train, opts).note
+    monkeypatch.setattr(options, "RACE_MAX_PARAMS", 5 * params)
     out = CliRunner().invoke(main, ["train", "--task", "r", "--train", sample("regression.train"), "--validation",
                                     sample("regression.validation"), "--ranks", "4,16", "--iter", "2"])
     assert out.exit_code == 0 and "racing 3 values of pairwise L2" in out.output
     assert "rafm: learning rate 0.05 not raced: 9 models of" in out.output and "--learn-rate to choose" in out.output
+    monkeypatch.setattr(options, "RACE_MAX_PARAMS", 2 * params)
+    out = CliRunner().invoke(main, ["train", "--task", "r", "--train", sample("regression.train"), "--validation",
+                                    sample("regression.validation"), "--ranks", "4,16", "--iter", "2",
+                                    "--regular", "0,0,0.01"])
+    assert out.exit_code == 0 and "racing" not in out.output
+    assert "rafm: learning rate 0.05 not raced: 3 models of" in out.output
 
 
 @pytest.mark.parametrize("method", ["als", "mcmc", "sgda"])

@@ -377,25 +377,28 @@ class RacePlan:
 def race_choices(data, opts, l2=True, rate=True):
     """The RacePlan of ``rafm train`` when the user fixed neither or one of L2 and the rate:
     options.L2_CHOICES by options.RATE_STEPS times opts.learn_rate (the method's).
-    Only L2 when all the pairs at once would be too large (options.RACE_MAX_PARAMS); None when
-    nothing is left to race or the method does not race (als, mcmc, sgda)."""
+    Only L2 when all the pairs at once would be too large (options.RACE_MAX_PARAMS), no pairs
+    when even that would be (the note says what was not raced and why); None when the user
+    fixed both or the method does not race (als, mcmc, sgda)."""
     from rafmcli.levels import summarize
     from rafmcli.options import L2_CHOICES, RACE_MAX_PARAMS, RATE_STEPS
 
-    if opts.method not in RATE_STEPS:
+    if opts.method not in RATE_STEPS or not (l2 or rate):
         return None
     params = summarize(assign_levels(data.counts, opts.ranks), data.counts, data.n_rows, opts.ranks).params(opts.model)
     l2s = L2_CHOICES if l2 else [None]  # None: the L2 the user gave (whole: one value per level or group)
     rates = [opts.learn_rate * s for s in RATE_STEPS[opts.method]] if rate else [opts.learn_rate]
+    count, dropped = len(l2s) * len(rates), []  # (what stands, the option that sets it)
+    if params * count > RACE_MAX_PARAMS and len(rates) > 1:
+        dropped, rates = [(f"learning rate {opts.learn_rate:g}", "--learn-rate")], [opts.learn_rate]
+    if params * len(l2s) * len(rates) > RACE_MAX_PARAMS and len(l2s) > 1:
+        dropped, l2s = dropped + [(f"pairwise L2 {opts.reg_factors[0]:g}", "--regular")], [None]
     note = ""
-    if params * len(l2s) * len(rates) > RACE_MAX_PARAMS and len(rates) > 1:
-        note = (f"learning rate {opts.learn_rate:g} not raced: {len(l2s) * len(rates)} models of {params:,} "
-                f"parameters at once would exceed {RACE_MAX_PARAMS:,}; --learn-rate to choose")
-        rates = [opts.learn_rate]
+    if dropped:
+        note = (f"{' and '.join(d for d, _ in dropped)} not raced: {count} models of {params:,} parameters "
+                f"at once would exceed {RACE_MAX_PARAMS:,}; {' and '.join(o for _, o in dropped)} to choose")
     pairs = [(c, r) for r in rates for c in l2s]
-    if len(pairs) > 1 and params * len(pairs) <= RACE_MAX_PARAMS:
-        return RacePlan(pairs, note)
-    return None
+    return RacePlan(pairs if len(pairs) > 1 else [], note)
 
 
 def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=False,
@@ -423,7 +426,11 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     improvement (0: never stop early).
     """
     log = Log(rlog, opts.task)
-    if race_plan and init is None and validation is not None and opts.method in ("sgd", "adagrad", "adam"):
+    if race_plan and not race_plan.pairs and race_plan.note and init is None and validation is not None \
+            and not quiet:
+        echo(f"rafm: {race_plan.note}")  # nothing left to race: say why
+    if race_plan and race_plan.pairs and init is None and validation is not None and opts.method in (
+            "sgd", "adagrad", "adam"):
         race_pairs = race_plan.pairs
         rungs = race_rungs(opts.iters)
         l2s = sorted({c for c, _ in race_pairs if c is not None})

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_parse_parallel import FEW_BLOCKS, PARALLEL, SERIAL, field_of, mixed_text
+from test_parse_parallel import FEW_BLOCKS, PARALLEL, SERIAL, field_of, mixed_text, parse
 
 from rafmcli.cli import main
 from rafmcli.errors import InputError
@@ -28,12 +28,8 @@ def tally(path, settings, monkeypatch):
 
 
 def dataset(path, monkeypatch):
-    for name, value in SERIAL.items():
-        monkeypatch.setattr(reader, name, value)
-    try:
-        return reader.parse_file(str(path))
-    except InputError as exc:
-        return str(exc)
+    """The reference: read_dataset's Dataset of ``path`` (or its error), parsed serially."""
+    return parse(path, SERIAL, monkeypatch)
 
 
 def assert_same(t, d):

@@ -2,7 +2,7 @@
 
     python bench/protocol.py [--sets ml100k-ids,...] [--models fm,rafm,difacto] [--trials 27]
                              [--seeds 1,2,3] [--method adagrad] [--threads N]
-                             [--top-rank D] [--iter N]
+                             [--top-rank D] [--iter N] [--defaults-only]
 
 For every set (bench/datasets.py) and model: `rafm tune --models MODEL --trials N --seed S`
 on the training file (validation: its seeded 10% hold-out), the winner predicts the test
@@ -10,14 +10,9 @@ file; and `rafm train --model MODEL` with no hyper-parameter option at all, on t
 hold-out. Prints, per set and model, the test metric (RMSE or logloss) as mean ± sd over
 the seeds, the winner's configuration (first seed), its parameters and training seconds,
 and the defaults' test metric and its distance from the tuned one. Every command runs as
-@click.option("--defaults-only", is_flag=True, help="run rafm train's defaults only (no tuning)")
-def main(sets, models, trials, seeds, method, threads, top_rank, iters, json_path, verbose, defaults_only):
-    seeds = [int(s) for s in seeds.split(",")]
-    if defaults_only:
-        return defaults_table(sets, models, seeds, json_path, verbose)
-    extra = (["--top-rank", str(top_rank)] if top_rank else []) + (["--iter", str(iters)] if iters else [])
-    print(f"rafm tune --trials {trials} --method {method} {' '.join(extra)} per model, seeds {seeds}; "
-          f"test metric mean ± sd; "
+a user would type it; the commands are printed with --verbose. ``--top-rank D`` compares
+the models at one top rank (the RaFM paper's tables), ``--iter`` sets tune's last rung,
+``--defaults-only`` runs the defaults' rows alone.
 """
 
 import json

@@ -512,8 +512,9 @@ class _Tally:
             self.kept += got
 
     def dataset(self, name, max_index, repeats, fields):
-        table = None if self.pairs is not None else self.table[:max_index + 1]
-        return Tally(name, self.labels[:self.rows], self.rows, self.nz, table, self.pairs, repeats, fields)
+        pairs = self.pairs
+        table = None if pairs is not None else self.table[:max_index + 1]
+        return Tally(name, self.labels[:self.rows], self.rows, self.nz, table, pairs, repeats, fields)
 
 
 class _Scratch:

@@ -367,7 +367,7 @@ class RacePlan:
     """What ``rafm train`` races on its validation rows (:func:`race_choices`).
 
     ``pairs``: (pairwise L2, learning rate), an L2 of None keeping opts.reg_factors as given;
-    ``note``: why the learning rate is not raced when the user left it free, or "".
+    ``note``: what the user left free but is not raced (too many models at once) and why, or "".
     """
 
     pairs: list

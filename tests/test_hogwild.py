@@ -59,7 +59,7 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(len(ranks), 0.01),
                 K.TASK_CLASSIFICATION, model.nested, VARIANTS["paper"], METHODS[method])
         if worker:
-            hot, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
+            hot, _, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
                                           hogwild.HOT_SHARE, hogwild.MAX_HOT)
             assert (hot >= 0).sum() >= 10  # the replicas are used
             loss = hogwild.train_epoch(order, 1, *args, merge_rows=37)
@@ -73,6 +73,94 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
     np.testing.assert_allclose(v1, v0, rtol=1e-4, atol=1e-6)
     for a, b in zip(s1, s0):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
+    """FM's worker runs the serial row loop with hot features' ids rewritten to its replica rows
+    (spare rows after the model's own): one worker merging every 37 rows gives the serial
+    epoch's parameters and state bit for bit, and its replica rows end equal to the rows they copy."""
+    data = planted[0]
+    opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
+    models = []
+    for worker in (False, True):
+        rng = np.random.default_rng(3)
+        model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
+                      0.0, (0, 1))
+        rows = kernel_rows(model, data)
+        kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
+        state = optimizer_state(method, model)
+        spare = None
+        if worker:
+            spare, state = hogwild.spare_rows(model, state, 1)
+        kmodel = model.kernel_model()
+        order = rng.permutation(data.n_rows).astype(np.int64)
+        args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(1, 0.01),
+                K.TASK_CLASSIFICATION, True, VARIANTS["paper"], METHODS[method])
+        if worker:
+            loss = hogwild.train_epoch(order, 1, *args, spare=spare, merge_rows=37)
+            _, hot_ids, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
+                                                 hogwild.HOT_SHARE, hogwild.MAX_HOT)
+            assert hot_ids.size >= 10  # the replicas are used
+            n, V = model.w.size, spare.model[3]
+            replicas = V[n * 8:(n + hot_ids.size) * 8].reshape(-1, 8)
+            np.testing.assert_array_equal(replicas, model.V.reshape(-1, 8)[hot_ids])
+            np.testing.assert_array_equal(spare.model[4][n:n + hot_ids.size], model.w[hot_ids])
+        else:
+            loss = K.train_epoch(order, *args)
+        models.append((loss, kmodel[5][0], model.w.copy(), model.V.copy(), [a.copy() for a in state]))
+    (l0, b0, w0, v0, s0), (l1, b1, w1, v1, s1) = models
+    assert l1 == pytest.approx(l0, rel=1e-9)
+    assert b1 == b0
+    np.testing.assert_array_equal(w1, w0)
+    np.testing.assert_array_equal(v1, v0)
+    for a, b in zip(s1, s0):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gathered_rows_name_the_replicas_of_hot_features():
+    """gather_rows copies rows order[lo:hi] and rewrites each feature in the bit set to
+    first + its slot (the worker's replica row); other ids and the values stay."""
+    indptr = np.array([0, 3, 5, 6], dtype=np.int64)
+    indices = np.array([9, 2, 17, 2, 5, 17], dtype=np.int32)
+    values = np.arange(6, dtype=np.float32)
+    labels = np.array([1.0, 0.0, 1.0])
+    slot = np.full(20, -1, dtype=np.int32)
+    slot[17], slot[2] = 0, 1
+    bits = np.zeros(3, dtype=np.uint8)
+    for i in (2, 17):
+        bits[i >> 3] |= 1 << (i & 7)
+    ptr, idx, val, lab = np.empty(4, np.int64), np.empty(9, np.int32), np.empty(9, np.float32), np.empty(3)
+    K.gather_rows(np.array([2, 0, 1], dtype=np.int64), 0, 3, indptr, indices, values, labels, ptr, idx, val, lab,
+                  bits, slot, 100)
+    assert ptr[:4].tolist() == [0, 1, 4, 6]
+    assert idx[:6].tolist() == [100, 9, 101, 100, 101, 5]
+    assert val[:6].tolist() == [5, 0, 1, 2, 3, 4]
+    assert lab[:3].tolist() == [1, 1, 0]
+    K.gather_rows(np.array([0], dtype=np.int64), 0, 1, indptr, indices, values, labels, ptr, idx, val, lab,
+                  bits[:0], slot, 100)
+    assert idx[:3].tolist() == [9, 2, 17]
+
+
+def test_spare_rows_only_for_small_fm_models():
+    """FM factors get spare rows (the model's V and w then view the first rows of the grown
+    arrays); RaFM, DiFacto and FM factors over SPARE_MAX_BYTES do not."""
+    rng = np.random.default_rng(0)
+    ids = np.arange(50, dtype=np.int32)
+    fm = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
+    state = optimizer_state("adagrad", fm)
+    before = fm.V.copy()
+    spare, views = hogwild.spare_rows(fm, state, 2)
+    assert spare.model[3].shape[0] == (50 + 2 * hogwild.MAX_HOT) * 16
+    assert np.shares_memory(fm.V, spare.model[3]) and np.shares_memory(views[0], spare.state[0])
+    np.testing.assert_array_equal(fm.V, before)
+    np.testing.assert_array_equal(views[0], state[0])
+    rafm = build("rafm", "c", (4, 16), ids, np.ones(50, dtype=np.int8) + (ids % 2).astype(np.int8), 0.1, rng,
+                 0.0, (0, 1))
+    assert hogwild.spare_rows(rafm, optimizer_state("sgd", rafm), 2) is None
+    big = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
+    big.V = np.zeros(hogwild.SPARE_MAX_BYTES // 4 + 1, dtype=np.float32)
+    assert hogwild.spare_rows(big, optimizer_state("sgd", big), 2) is None
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])

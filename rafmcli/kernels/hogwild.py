@@ -6,12 +6,20 @@ and two threads writing them move their cache lines between cores on nearly
 every step (two threads ran twice as slowly as one). Here each worker steps the
 hot features' parameters, their optimizer state and the bias in a private
 replica, and every MERGE_ROWS rows adds its change since the last merge
-(replica - base) to the shared model and takes the sum back (:func:`merge_replica`):
-Hogwild's delayed updates, batched. Cold features are stepped in place, as in
-kernels.sgd, whose row loop this repeats with replica-aware forward kernels
-(one loop with run-time replica tests cost a third of single-thread speed), and
-forward.py's row kernels with the replica's reads.
+(replica - base) to the shared model and takes the sum back: Hogwild's delayed
+updates, batched. Cold features are stepped in place.
+
+* FM (one level): the replicas are spare rows after the model's own in the
+  same arrays (:func:`spare_rows`), and a hot feature's id is rewritten to its
+  replica's as rows are gathered, so a worker runs kernels.sgd's own row loop
+  (:func:`_make_spare_worker`) at the serial loop's speed.
+* RaFM and DiFacto (level blocks leave no room for spare rows): the worker's
+  row loop repeats kernels.sgd's with replica-aware forward kernels
+  (:func:`_make_trainer`; one loop with run-time replica tests cost a third of
+  single-thread speed).
 """
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -28,6 +36,7 @@ from rafmcli.kernels.forward import (
     top_level,
 )
 from rafmcli.kernels.sgd import (
+    _TRAINERS,
     ADAGRAD,
     ADAM,
     AUTHORS,
@@ -55,7 +64,7 @@ from rafmcli.kernels.sgd import (
 )
 
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
-HOT_SHARE = 1 / 128  # a hot feature is in at least this share of them
+HOT_SHARE = 1 / 256  # a hot feature is in at least this share of them
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges
 
@@ -217,7 +226,7 @@ def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
 
 @njit(cache=True, error_model="numpy")
 def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max_hot):
-    """(slot of each feature or -1, features by slot): the features in at least ``min_share``
+    """(slot of each feature or -1, features by slot, bit set of them): the features in at least ``min_share``
     of the first ``sample_rows`` rows of ``order`` (at most ``max_hot``, most frequent first)."""
     counts = np.zeros(n_features, dtype=np.int32)
     n = min(sample_rows, order.shape[0])
@@ -229,9 +238,11 @@ def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max
     ids = np.nonzero(counts >= need)[0]
     ids = ids[np.argsort(-counts[ids], kind="mergesort")][:max_hot].astype(np.int32)
     slot = np.full(n_features, -1, dtype=np.int32)
+    bits = np.zeros(n_features // 8 + 1, dtype=np.uint8)
     for s in range(ids.shape[0]):
         slot[ids[s]] = s
-    return slot, ids
+        bits[ids[s] >> 3] |= np.uint8(1 << (ids[s] & 7))
+    return slot, ids, bits
 
 
 def _make_trainer(method):
@@ -266,6 +277,7 @@ def _make_trainer(method):
         val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
         lab = np.empty(CHUNK_ROWS)
         stride = soff[m]
+        no_bits = np.empty(0, dtype=np.uint8)  # ids are not rewritten: this loop tests hot[i] itself
         replica = new_replica(hot_ids, lev, widths, offsets, soff, model, state)
         Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]
         W0, A0 = replica[12], replica[14]
@@ -282,7 +294,7 @@ def _make_trainer(method):
             j = (pos - lo) % CHUNK_ROWS
             if j == 0:
                 stop = min(pos + CHUNK_ROWS, hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
@@ -388,21 +400,68 @@ def _make_trainer(method):
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
 
 
+class SpareRows(NamedTuple):
+    """The epoch kernels' (lev, widths, offsets, V, w) and (accV1, accV2, accw1, accw2, acc0)
+    with spare rows for the workers' replicas after the model's own (:func:`spare_rows`)."""
+
+    model: tuple
+    state: tuple
+
+
+SPARE_MAX_BYTES = 1 << 28  # larger FM factors are not copied into arrays with spare rows
+
+
+def spare_rows(model, state, n_threads):
+    """Arrays with room for ``n_threads`` x MAX_HOT replica rows after ``model``'s FM factors,
+    weights and optimizer ``state`` (one copy); the model's V and w then view their first rows.
+
+    Returns (:class:`SpareRows`, the state as views of their first rows), or None for RaFM
+    and DiFacto and for factors over SPARE_MAX_BYTES (the copy's cost; on a large
+    vocabulary few rows are hot, and plain Hogwild scales)."""
+    from rafmcli.model.layout import aligned_zeros
+
+    if len(model.ranks) > 1 or model.V.nbytes > SPARE_MAX_BYTES:
+        return None
+    spare = n_threads * MAX_HOT
+
+    def grow(a, width):
+        if not a.shape[0]:
+            return a, a
+        full = aligned_zeros(a.shape[0] + spare * width, a.dtype)
+        full[:a.shape[0]] = a
+        return full, full[:a.shape[0]]
+
+    width = int(model.widths[0])
+    V, model.V = grow(model.V, width)
+    w, model.w = grow(model.w, 1)
+    grown = [grow(a, width) for a in state[:2]] + [grow(a, 1) for a in state[2:4]]
+    kmodel = (*model.kernel_model()[:3], V, w)
+    return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],)), tuple(g[1] for g in grown) + (state[4],)
+
+
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
-                hot_share=HOT_SHARE, merge_rows=MERGE_ROWS):
+                spare=None, hot_share=HOT_SHARE, merge_rows=MERGE_ROWS):
     """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
     each on its own slice of ``order``; returns the summed loss.
 
     Features in at least ``hot_share`` of this epoch's first HOT_SAMPLE rows are hot
     (at most MAX_HOT); each worker steps them in its replica, merged every ``merge_rows`` rows
-    (fewer on small data).
+    (fewer on small data). ``spare``: :func:`spare_rows`' arrays for ``model`` and ``state``
+    (FM), whose workers then run kernels.sgd's row loop.
     """
     from rafmcli.threads import spread
 
-    hot, hot_ids = hot_features(order, HOT_SAMPLE, data[0], data[1], model[4].shape[0], hot_share, MAX_HOT)
+    n_features = model[4].shape[0]
+    hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     # at least 16 merges a worker and epoch: on small data, workers would otherwise not see
     # each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (16 * n_threads)))
-    losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
-                    task, nested, variant, hot, hot_ids, merge_rows, threads=n_threads)
+    if spare is not None:
+        spare_model = (*spare.model, model[5])  # the bias array the caller reads
+        replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows)
+        losses = spread(_TRAINERS[method], order.shape[0], order, step0, data, spare_model, spare.state,
+                        hyper, reg_v, task, nested, variant, replicas, threads=n_threads)
+    else:
+        losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
+                        task, nested, variant, hot, hot_ids, merge_rows, threads=n_threads)
     return float(sum(losses))

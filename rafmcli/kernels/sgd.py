@@ -44,6 +44,10 @@ from rafmcli.kernels.forward import (
     sigmoid,
     top_level,
 )
+from rafmcli.kernels.replicas import first_row as replicas_first_row
+from rafmcli.kernels.replicas import merge as merge_copies
+from rafmcli.kernels.replicas import none as no_replicas
+from rafmcli.kernels.replicas import open_copies
 
 TASK_REGRESSION = 0
 TASK_CLASSIFICATION = 1
@@ -175,15 +179,19 @@ def level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep
 
 
 @njit(cache=True, error_model="numpy")
-def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab):
+def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
 
     Training then walks the buffer in order and can prefetch the factors of
     the row PREFETCH_AHEAD on without first waiting for its feature ids. The copy itself
     prefetches GATHER_AHEAD rows ahead: a row's ``indptr`` entries and label
     first, its ids once that ``indptr`` entry has arrived.
+
+    A feature whose bit is set in ``bits`` becomes ``first + slot[i]``: a
+    Hogwild worker's own copy (kernels/replicas.py); empty ``bits``: no change.
     """
     has_values = values.shape[0] > 0
+    remapped = bits.shape[0] > 0
     n = hi - lo
     nz = 0
     ptr[0] = 0
@@ -202,7 +210,10 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
         r = order[lo + j]
         a, b = indptr[r], indptr[r + 1]
         for k in range(a, b):
-            idx[nz] = indices[k]
+            i = indices[k]
+            if remapped and bits[i >> 3] & (1 << (i & 7)):
+                i = first + slot[i]
+            idx[nz] = i
             if has_values:
                 val[nz] = values[k]
             nz += 1
@@ -218,12 +229,20 @@ def _make_trainers(method):
     a fifth of its speed).
     """
 
-    @njit(cache=True, error_model="numpy", fastmath=FAST)
-    def train_rows(order, lo, hi, step0, data, model, state, hyper, reg_v, task, nested, variant):
-        """Visit rows order[lo:hi], updating the model after each; return the summed loss."""
+    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+    def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
+        """Visit rows order[lo:hi], updating the model after each; return the summed loss.
+
+        ``replicas`` (kernels/replicas.py): hot features and the bias are stepped in
+        this worker's copies, merged every ``merge_rows`` rows and at the end.
+        """
         indptr, indices, values, labels = data
-        lev, widths, offsets, V, w, w0 = model
-        accV1, accV2, accw1, accw2, acc0 = state
+        lev, widths, offsets, V, w, _ = model
+        accV1, accV2, accw1, accw2, _ = state
+        bits, slot, hot_ids, merge_rows = replicas[0], replicas[1], replicas[2], replicas[5]
+        first = replicas_first_row(lo, order.shape[0], replicas)
+        base = open_copies(hot_ids, first, model, state)
+        w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
         m = widths.shape[0]
         has_values = values.shape[0] > 0
         soff, S, T, Q, R, B = row_scratch(widths)
@@ -243,10 +262,12 @@ def _make_trainers(method):
         lab = np.empty(CHUNK_ROWS)
         loss = 0.0
         for pos in range(lo, hi):
+            if pos > lo and (pos - lo) % merge_rows == 0:
+                merge_copies(hot_ids, first, model, state, w0, acc0, base)
             j = (pos - lo) % CHUNK_ROWS
             if j == 0:
                 stop = min(pos + CHUNK_ROWS, hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
@@ -268,7 +289,7 @@ def _make_trainers(method):
             lr_step = lr
             lr_dep = lr_dep_base
             if method == ADAM:
-                t = step0 + pos - lo + 1
+                t = step0 + pos + 1
                 corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
                 lr_step = lr * corr
                 lr_dep = lr_dep_base * corr
@@ -299,6 +320,7 @@ def _make_trainers(method):
                     else:
                         _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
                                       x, reg_v[l], lr_step, method, beta1, beta2, eps)
+        merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 
     return train_rows
@@ -313,15 +335,16 @@ def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, va
     Each row: forward (Theorem 3), then bias, linear and factor steps; row
     ``order[lo]`` counts as optimizer step ``step0 + 1`` (Adam's bias correction).
     """
-    return _TRAINERS[method](order, 0, order.shape[0], step0, data, model, state, hyper, reg_v, task, nested,
-                             variant)
+    return _TRAINERS[method](0, order.shape[0], order, step0, data, model, state, hyper, reg_v, task, nested,
+                             variant, no_replicas())
 
 
 def train_epoch_hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
-                        variant, method):
+                        variant, method, spare=None):
     """One pass with ``n_threads`` lock-free workers, each on its own slice of ``order``
-    (:mod:`rafmcli.kernels.hogwild`: replicas of the hot features)."""
+    (:mod:`rafmcli.kernels.hogwild`: replicas of the hot features; ``spare``: its
+    ``spare_rows`` for FM)."""
     from rafmcli.kernels import hogwild
 
     return hogwild.train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
-                               variant, method)
+                               variant, method, spare)

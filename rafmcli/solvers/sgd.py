@@ -162,6 +162,13 @@ class Training:
             rows = kernel_rows(self.model, data)
             self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
+        self.spare = None  # FM on several threads: arrays with room for the workers' replicas
+        if self.opts.threads > 1 and self.opts.method != "sgda":
+            from rafmcli.kernels.hogwild import spare_rows
+
+            made = spare_rows(self.model, self.state, self.opts.threads)
+            if made is not None:
+                self.spare, self.state = made
         self.kmodel = self.model.kernel_model()
         if self.opts.method == "sgda" and self.adaptive is None:
             from rafmcli.solvers.sgda import AdaptiveStep
@@ -172,7 +179,7 @@ class Training:
     def __getstate__(self):
         """Everything but the data (and sgda's step sizes: `rafm tune` runs sgd, adagrad and adam)."""
         state = dict(self.__dict__)
-        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive"):
+        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare"):
             state[name] = None
         return state
 
@@ -238,7 +245,7 @@ class Training:
         if self.adaptive is not None:
             loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
         elif opts.threads > 1:
-            loss = K.train_epoch_hogwild(order, opts.threads, *args)
+            loss = K.train_epoch_hogwild(order, opts.threads, *args, spare=self.spare)
         else:
             loss = K.train_epoch(order, *args)
         model.w0 = float(self.kmodel[5][0])

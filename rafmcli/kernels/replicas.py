@@ -1,0 +1,108 @@
+"""A Hogwild worker's private copies of the hot features, in spare rows of the model's arrays.
+
+FM's parameter arrays (V, w and their optimizer state) can be allocated with
+spare rows after the model's own (kernels/hogwild.py ``spare_rows``). Worker t
+of T keeps its copy of hot feature slot s in row ``n_features + t * n_hot + s``
+and rows are gathered with hot features' ids rewritten to those rows
+(kernels/sgd.py ``gather_rows``), so the worker runs the serial row loop
+unchanged. Every ``merge_rows`` rows it adds its change since the last merge
+(copy - base) to the shared row and takes the sum back (:func:`merge`):
+Hogwild's delayed updates, batched. The bias is copied and merged the same way.
+
+``replicas`` = (bits, slot, hot_ids, n_features, n_threads, merge_rows): the
+hot features as a bit set (1/8 byte a feature: it stays in cache), the slot of
+each feature, the features by slot; :func:`none` for the serial loop.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def none():
+    """``replicas`` of the serial loop: no hot features, one merge (the bias) at the end."""
+    return (np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), 0, 1,
+            1 << 62)
+
+
+@njit(cache=True)
+def first_row(lo, items, replicas):
+    """The row of slot 0 of the worker whose range starts at ``lo`` (threads.spread's ranges:
+    worker t starts at t * items // n_threads)."""
+    hot_ids, n_features, n_threads = replicas[2], replicas[3], replicas[4]
+    t = 0
+    while t * items // n_threads < lo:
+        t += 1
+    return n_features + t * hot_ids.shape[0]
+
+
+@njit(cache=True, error_model="numpy")
+def _rows(arr, width, hot_ids, first, base):
+    """Copy the hot rows of ``arr`` into the worker's rows and into ``base``."""
+    if not arr.shape[0]:
+        return
+    for s in range(hot_ids.shape[0]):
+        g, h, b = np.uint64(hot_ids[s]) * width, np.uint64(first + s) * width, np.uint64(s) * width
+        for f in range(width):
+            v = arr[g + f]
+            arr[h + f] = v
+            base[b + f] = v
+
+
+@njit(cache=True, error_model="numpy")
+def open_copies(hot_ids, first, model, state):
+    """Fill the worker's rows from the shared ones; return their values now (the base of the
+    first merge): (V, accV1, accV2, w, accw1, accw2, bias, bias state)."""
+    V, w, width = model[3], model[4], np.uint64(model[1][0])
+    accV1, accV2, accw1, accw2, acc0 = state
+    n = hot_ids.shape[0]
+    base = (np.empty(n * width, V.dtype), np.empty(n * width if accV1.shape[0] else 0, V.dtype),
+            np.empty(n * width if accV2.shape[0] else 0, V.dtype), np.empty(n, w.dtype),
+            np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
+            model[5].copy(), acc0.copy())
+    one = np.uint64(1)
+    _rows(V, width, hot_ids, first, base[0])
+    _rows(accV1, width, hot_ids, first, base[1])
+    _rows(accV2, width, hot_ids, first, base[2])
+    _rows(w, one, hot_ids, first, base[3])
+    _rows(accw1, one, hot_ids, first, base[4])
+    _rows(accw2, one, hot_ids, first, base[5])
+    return base
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _merge_one(shared, g, local, h, base, b):
+    """shared[g] += local[h] - base[b] (exactly local[h] when no other worker changed shared[g]);
+    all three then hold the sum. Hogwild: a concurrent merge of the same entry may be lost."""
+    s, v0 = shared[g], base[b]
+    v = local[h] if s == v0 else s + (local[h] - v0)
+    shared[g] = v
+    local[h] = v
+    base[b] = v
+
+
+@njit(cache=True, error_model="numpy")
+def _merge_rows(arr, width, hot_ids, first, base):
+    if not arr.shape[0]:
+        return
+    for s in range(hot_ids.shape[0]):
+        g, h, b = np.uint64(hot_ids[s]) * width, np.uint64(first + s) * width, np.uint64(s) * width
+        for f in range(width):
+            _merge_one(arr, g + f, arr, h + f, base, b + f)
+
+
+@njit(cache=True, error_model="numpy")
+def merge(hot_ids, first, model, state, bias, bias_state, base):
+    """Merge the worker's rows and its bias (``bias``, ``bias_state``: its copies) into the shared ones."""
+    V, w, width = model[3], model[4], np.uint64(model[1][0])
+    accV1, accV2, accw1, accw2, acc0 = state
+    one = np.uint64(1)
+    _merge_rows(V, width, hot_ids, first, base[0])
+    _merge_rows(accV1, width, hot_ids, first, base[1])
+    _merge_rows(accV2, width, hot_ids, first, base[2])
+    _merge_rows(w, one, hot_ids, first, base[3])
+    _merge_rows(accw1, one, hot_ids, first, base[4])
+    _merge_rows(accw2, one, hot_ids, first, base[5])
+    _merge_one(model[5], 0, bias, 0, base[6], 0)
+    for k in range(2):
+        _merge_one(acc0, k, bias_state, k, base[7], k)

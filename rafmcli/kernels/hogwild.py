@@ -67,6 +67,7 @@ HOT_SAMPLE = 4096  # rows whose features decide which are hot
 HOT_SHARE = 1 / 256  # a hot feature is in at least this share of them
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges
+MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fewer rows between them)
 
 
 @njit(cache=True, error_model="numpy")
@@ -453,9 +454,8 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
 
     n_features = model[4].shape[0]
     hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
-    # at least 16 merges a worker and epoch: on small data, workers would otherwise not see
-    # each other's hot features for much of an epoch
-    merge_rows = max(1, min(merge_rows, order.shape[0] // (16 * n_threads)))
+    # on small data, workers would otherwise not see each other's hot features for much of an epoch
+    merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
         replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows)

@@ -100,7 +100,7 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
         if worker:
             loss = hogwild.train_epoch(order, 1, *args, spare=spare, merge_rows=37)
             _, hot_ids, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
-                                                 hogwild.HOT_SHARE, hogwild.MAX_HOT)
+                                                 hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
             assert hot_ids.size >= 10  # the replicas are used
             n, V = model.w.size, spare.model[3]
             replicas = V[n * 8:(n + hot_ids.size) * 8].reshape(-1, 8)

@@ -64,7 +64,8 @@ from rafmcli.kernels.sgd import (
 )
 
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
-HOT_SHARE = 1 / 256  # a hot feature is in at least this share of them
+HOT_SHARE = 1 / 128  # a hot feature is in at least this share of them (replica-aware loop)
+SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose copies cost only their merges
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges
 MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fewer rows between them)
@@ -441,18 +442,21 @@ def spare_rows(model, state, n_threads):
 
 
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
-                spare=None, hot_share=HOT_SHARE, merge_rows=MERGE_ROWS):
+                spare=None, hot_share=None, merge_rows=MERGE_ROWS):
     """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
     each on its own slice of ``order``; returns the summed loss.
 
-    Features in at least ``hot_share`` of this epoch's first HOT_SAMPLE rows are hot
-    (at most MAX_HOT); each worker steps them in its replica, merged every ``merge_rows`` rows
-    (fewer on small data). ``spare``: :func:`spare_rows`' arrays for ``model`` and ``state``
-    (FM), whose workers then run kernels.sgd's row loop.
+    Features in at least ``hot_share`` (default HOT_SHARE, SPARE_HOT_SHARE with ``spare``) of
+    this epoch's first HOT_SAMPLE rows are hot (at most MAX_HOT); each worker steps them in its
+    replica, merged every ``merge_rows`` rows (fewer on small data). ``spare``:
+    :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then run
+    kernels.sgd's row loop.
     """
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
+    if hot_share is None:
+        hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
     hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))

@@ -191,6 +191,7 @@ def main(which, repeats, epochs, names):
             rows = list(configs)
             if xlearn and name == "fields":
                 rows.append(("xLearn FM(64) sgd", None))
+            walls = {}  # (label, threads) -> median wall seconds
             for label, extra in rows:
                 runs = {1: [], 2: []}
                 for _ in range(repeats):
@@ -201,6 +202,7 @@ def main(which, repeats, epochs, names):
                             runs[threads].append(rafm_run(train, test, n_epochs, threads, extra, workdir))
                 for threads in (1, 2):
                     r = np.array(runs[threads])
+                    walls[label, threads] = float(np.median(r[:, 1]))
                     print(f"{label:<20}{threads:>4}  {cell(r[:, 0], lambda x: f'{x:,.0f}'):>32}"
                           f"{cell(r[:, 1], lambda x: f'{x:.2f}'):>22}{cell(r[:, 2], lambda x: f'{x:.0f}'):>18}"
                           f"{cell(r[:, 3], lambda x: f'{x:.4f}'):>26}{cell(r[:, 4], lambda x: f'{x:.4f}'):>26}")
@@ -208,6 +210,9 @@ def main(which, repeats, epochs, names):
                     speedup = np.median(np.array(runs[2])[:, 0]) / np.median(np.array(runs[1])[:, 0])
                     print(f"{'':<24}2 threads / 1: {speedup:.2f}x train rows/s")
                 sys.stdout.flush()
+            if ("xLearn FM(64) sgd", 2) in walls and ("FM(64) sgd", 2) in walls:
+                print(f"{'':<24}FM(64) sgd wall / xLearn's, 2 threads: "
+                      f"{walls['FM(64) sgd', 2] / walls['xLearn FM(64) sgd', 2]:.2f}x")
             for label, extra in configs:
                 print("  " + command_line(extra, "T", n_epochs))
             if xlearn and name == "fields":

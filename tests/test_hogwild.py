@@ -87,6 +87,7 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
         rng = np.random.default_rng(3)
         model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
                       0.0, (0, 1))
+        model.w[:] = rng.normal(0, 0.3, model.w.size)  # copies that started from 0 would show
         rows = kernel_rows(model, data)
         kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
         state = optimizer_state(method, model)

@@ -117,7 +117,9 @@ CONFIGS = {
     "fm-item-feat2vec": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,), **LOGISTIC},
     "fm-ns": {"model": "fm", "ranks": (32,), "nce": False, **LOGISTIC},
     "fm-softmax-no-nce": {"model": "fm", "ranks": (32,), "nce": False},
+    "fm-l2-positives": {"model": "fm", "ranks": (32,), "regular_negatives": False},
     "rafm-default": {"model": "rafm", "ranks": (8, 32)},
+    "rafm-l2-positives": {"model": "rafm", "ranks": (8, 32), "regular_negatives": False},
     "rafm-feat2vec": {"model": "rafm", "ranks": (8, 32), **LOGISTIC},
 }
 GRID = [{"learn_rate": lr, "reg_factors": (reg,)} for lr in (0.05, 0.1) for reg in (0.001, 0.01)]
@@ -130,7 +132,9 @@ LABELS = {
     "fm-item-feat2vec": "FM(32), logistic NCE of the item group only",
     "fm-ns": "FM(32), logistic without NCE (word2vec), --eval-share 0",
     "fm-softmax-no-nce": "FM(32), defaults but --no-nce",
+    "fm-l2-positives": "FM(32), defaults but --no-regular-negatives (L2 in the positive row only)",
     "rafm-default": "RaFM{8,32}, defaults",
+    "rafm-l2-positives": "RaFM{8,32}, defaults but --no-regular-negatives",
     "rafm-feat2vec": "RaFM{8,32}, Feat2Vec's form (logistic NCE, --eval-share 0)",
 }
 
@@ -154,6 +158,8 @@ def command(name, point, paths):
         args.append("--no-nce")
     if c.get("reject_positives", D.reject_positives) != D.reject_positives:
         args.append("--reject-positives" if c["reject_positives"] else "--keep-positives")
+    if c.get("regular_negatives", D.regular_negatives) != D.regular_negatives:
+        args.append("--regular-negatives" if c["regular_negatives"] else "--no-regular-negatives")
     if c.get("eval_share", D.eval_share) != D.eval_share and "negative_groups" not in c:
         args.append(f"--eval-share {c['eval_share']:g}")
     rel = {k: os.path.relpath(p) for k, p in paths.items()}
@@ -214,7 +220,7 @@ def genre_agreement(model, genres, item_of, level=None):
 
     emb = value_embeddings(model, level, ITEM_GROUP)
     items = [item_of[int(next(f for f in name.split(",") if int(f) in item_of))] for name in emb.labels]
-    g = np.zeros((len(items), 19), bool)
+    g = np.zeros((len(items), 1 + max(max(v, default=0) for v in genres.values())), bool)
     for n, i in enumerate(items):
         g[n, genres[i]] = True
     share = (g.astype(int) @ g.T.astype(int)) > 0

@@ -35,8 +35,8 @@ class NotFittedError(ValueError, AttributeError):
 
 
 # Options of ``--task implicit`` only (Feat2Vec negative sampling): no regressor or classifier has them.
-IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positives", "negative_groups",
-                 "eval_group", "eval_share", "top_k")
+IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positives", "regular_negatives",
+                 "negative_groups", "eval_group", "eval_share", "top_k")
 
 
 def _option_names():
@@ -575,8 +575,8 @@ class FMImplicit(_FMEstimator):
     of a libFM group file; ids beyond it form one more group), the path of a
     group file, or None for the fields of a libFFM file read with
     ``read_data(path, sparse=False)``. The implicit parameters (negatives,
-    alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group,
-    eval_share, top_k) are those of ``rafm train``, None taking its defaults.
+    alpha1, alpha2, loss, nce, reject_positives, regular_negatives, negative_groups,
+    eval_group, eval_share, top_k) are those of ``rafm train``, None taking its defaults.
 
         >>> est = FMImplicit(groups="data_samples/implicit.meta", model="fm", ranks=8, eval_group=1)
         >>> est.fit(X)                      # rows: user, item with its genres, hour
@@ -587,8 +587,9 @@ class FMImplicit(_FMEstimator):
     _task = "implicit"
 
     def __init__(self, groups=None, negatives=None, alpha1=None, alpha2=None, loss=None, nce=None,
-                 reject_positives=None, negative_groups=None, eval_group=None, eval_share=None, top_k=None,
-                 model=None, ranks=None, method=None, iters=None, learn_rate=None, dependent_rate=None,
+                 reject_positives=None, regular_negatives=None, negative_groups=None, eval_group=None,
+                 eval_share=None, top_k=None, model=None, ranks=None, method=None, iters=None, learn_rate=None,
+                 dependent_rate=None,
                  variant=None, dependent_weight=None, reg_bias=None, reg_linear=None, reg_factors=None,
                  init_stdev=None, bias=None, linear=None, seed=None, threads=None, early_stop=None,
                  holdout=None, beta1=None, beta2=None, eps=None, levels=None, warm_start=False, verbose=False):
@@ -605,6 +606,7 @@ class FMImplicit(_FMEstimator):
         self.loss = loss
         self.nce = nce
         self.reject_positives = reject_positives
+        self.regular_negatives = regular_negatives
         self.negative_groups = negative_groups
         self.eval_group = eval_group
         self.eval_share = eval_share

@@ -54,6 +54,7 @@ class Options:
     loss: str = "softmax"         # with nce: sampled softmax, consistent across groups (rafm-train(1))
     nce: bool = True
     reject_positives: bool = True
+    regular_negatives: bool = True  # L2 in every scored row, or in the positive's only (rafm-train(1))
     negative_groups: tuple | None = None
     eval_group: int | None = None
     eval_share: float = 0.5  # at least this share of the positives resample eval_group

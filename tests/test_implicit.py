@@ -177,10 +177,11 @@ def kernel_gradient(model, vocab, row_values, noise, conf, order, forced=None, r
     return state[4][0], state[2].astype(np.float64), state[0].astype(np.float64)
 
 
-def config(K, loss, nce, nested, variant):
+def config(K, loss, nce, nested, variant, regular_negatives=True):
     conf = np.zeros(KI.N_CONF, np.int64)
     conf[KI.C_NEGATIVES], conf[KI.C_LOSS], conf[KI.C_NCE] = K, loss, nce
     conf[KI.C_NESTED], conf[KI.C_VARIANT] = nested, variant
+    conf[KI.C_REG_NEGATIVES] = regular_negatives
     return conf
 
 
@@ -245,15 +246,19 @@ def objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
 @pytest.mark.parametrize("kind,ranks,variant", [("fm", (3,), KS.PAPER), ("difacto", (2, 4), KS.PAPER),
                                                 ("rafm", (2, 3), KS.PAPER), ("rafm", (2, 3), KS.AUTHORS),
                                                 ("rafm", (2, 3), KS.CASCADE)])
-def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
+@pytest.mark.parametrize("regular_negatives", [True, False])
+def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce, regular_negatives):
     """A positive with K = 3 forced negatives: the kernel's gradient (NCE shift
-    -log(K Q2) or none; logistic or softmax) against central differences."""
+    -log(K Q2) or none; logistic or softmax) against central differences, L2
+    counted in every row a value feature is in (a context feature once) or in
+    the positive row only (--no-regular-negatives)."""
     model, vocab, row_values = tiny(kind, ranks, seed=4)
     noise = noise_tables(vocab, 0.75, 0.5)
     r, g, K = 1, 2, 3
     lo = vocab.group_ptr[g]
     vals = [row_values[r, g]] + [v for v in range(lo, vocab.group_ptr[g + 1]) if v != row_values[r, g]][:K]
-    conf = config(K, KI.LOGISTIC if loss == "logistic" else KI.SOFTMAX, nce, model.nested, variant)
+    conf = config(K, KI.LOGISTIC if loss == "logistic" else KI.SOFTMAX, nce, model.nested, variant,
+                  regular_negatives)
     f32 = model.V.copy()
     dw0, dw, dV = kernel_gradient(model, vocab, row_values, noise, conf, [r], forced=[[g] + vals])
     model.V = f32.astype(np.float64)
@@ -263,20 +268,25 @@ def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
     targets = [{p: pair_loop(kind, [i for i, _ in row], [x for _, x in row], model.levels, ranks, model.V, cap=p)
                 for p in range(1, m + 1)} for row in rows]
     h = 1e-6
+
+    def reg_count(feature):
+        """How many L2 terms of the feature the step carries."""
+        occurs = sum(feature in [i for i, _ in row] for row in rows)
+        if not regular_negatives or occurs == len(rows):  # the positive's only, or a context feature
+            return int(feature in [i for i, _ in rows[0]])
+        return occurs
+
     for coordinate in range(model.V.shape[0]):
         level = int(np.searchsorted(model.offsets, coordinate, side="right"))
         feature = (coordinate - model.offsets[level - 1]) // model.widths[level - 1]
-        reg_count = sum(feature in [i for i, _ in row] for row in rows[1:]) + (feature in [i for i, _ in rows[0]])
-        in_context = all(feature in [i for i, _ in row] for row in rows)
-        reg_count = 1 if in_context else reg_count
-        if reg_count == 0:
+        if not any(feature in [i for i, _ in row] for row in rows):
             assert dV[coordinate] == 0
             continue
         old = model.V[coordinate]
         model.V[coordinate] = old + h
-        up = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
+        up = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count(feature))
         model.V[coordinate] = old - h
-        down = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count)
+        down = objective(model, rows, shift, loss, variant, coordinate, targets, reg_count(feature))
         model.V[coordinate] = old
         assert dV[coordinate] == pytest.approx((up - down) / (2 * h), rel=3e-4, abs=3e-5), coordinate
 
@@ -305,12 +315,10 @@ def test_gradients_equal_finite_differences(kind, ranks, variant, loss, nce):
         up = main_loss(model.w0, w)
         w[i] -= 2 * h
         fd = (up - main_loss(model.w0, w)) / (2 * h)
-        occurs = sum(i in [f for f, _ in row] for row in rows)
-        if occurs == 0:
+        if not any(i in [f for f, _ in row] for row in rows):
             assert dw[i] == 0
         else:
-            count = 1 if occurs == len(rows) else occurs
-            assert dw[i] == pytest.approx(fd + count * REG[1] * model.w[i], rel=1e-4, abs=1e-6), i
+            assert dw[i] == pytest.approx(fd + reg_count(i) * REG[1] * model.w[i], rel=1e-4, abs=1e-6), i
 
 
 # ---- Theorem 1 -----------------------------------------------------------------------
@@ -590,8 +598,8 @@ def test_training_learns_tastes_and_beats_popularity(planted, tmp_path, model):
     result = run(args)
     assert result.exit_code == 0, result.output
     trained = model_files.load(str(tmp_path / "m.rafm")).info["options"]  # the defaults (rafm-train(1))
-    assert (trained["loss"], trained["nce"], trained["reject_positives"], trained["eval_share"]) == \
-        ("softmax", True, True, 0.5)
+    assert (trained["loss"], trained["nce"], trained["reject_positives"], trained["eval_share"],
+            trained["regular_negatives"]) == ("softmax", True, True, 0.5, True)
     log = np.genfromtxt(tmp_path / "log.tsv", names=True, delimiter="\t")
     # popularity (taste-0 items first) hits the taste only for a fifth of users: HR@5 about 0.2
     assert log["hr5"].max() > 0.5 and log["auc"].max() > 0.7
@@ -625,16 +633,19 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
 
     root, users, items = planted
     common = ["--model", "fm", "--dim", "4", "--eval-group", "1", "--iter", "3", "--seed", "2"]
-    result = run(["train", "--task", "implicit", "--train", str(root / "train.libfm"), "--validation",
-                  str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--save-model",
-                  str(tmp_path / "cli.rafm"), "--quiet"] + common)
-    assert result.exit_code == 0, result.output
+    for name, flag in (("cli.rafm", ["--no-regular-negatives"]), ("default.rafm", [])):
+        result = run(["train", "--task", "implicit", "--train", str(root / "train.libfm"), "--validation",
+                      str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--save-model",
+                      str(tmp_path / name), "--quiet"] + common + flag)
+        assert result.exit_code == 0, result.output
     X, _ = api.read_data(root / "train.libfm", sparse=False)
     X_valid, _ = api.read_data(root / "valid.libfm", sparse=False)
     groups = [0] * users + [1] * items
-    est = api.FMImplicit(groups=groups, model="fm", ranks=4, eval_group=1, iters=3, seed=2).fit(X, eval_set=X_valid)
+    est = api.FMImplicit(groups=groups, model="fm", ranks=4, eval_group=1, iters=3, seed=2,
+                         regular_negatives=False).fit(X, eval_set=X_valid)
     cli = model_files.load(str(tmp_path / "cli.rafm"))
     assert np.array_equal(est.model_.V, cli.V) and np.array_equal(est.model_.w, cli.w)
+    assert not np.array_equal(model_files.load(str(tmp_path / "default.rafm")).V, cli.V)  # the flag reaches the kernel
     names, scores = est.recommend(X_valid, group=1, k=3, exclude_seen=X)
     result = run(["recommend", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "-k", "3",
                   "--exclude-seen", str(root / "train.libfm"), str(root / "valid.libfm")])

@@ -278,6 +278,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "form); --no-nce is plain negative sampling.")
 @click.option("--reject-positives/--keep-positives", default=D.reject_positives, show_default=True,
               help="Implicit: draw a negative again when it is a training row (or the positive itself).")
+@click.option("--regular-negatives/--no-regular-negatives", default=D.regular_negatives, show_default=True,
+              help="Implicit: apply --regular's L2 to the features of every scored row, the negatives "
+                   "included, or of the positive only (as often as the data has each feature; embeddings "
+                   "keep more of shared features such as genres, see rafm-train(1)).")
 @click.option("--negative-groups", type=GROUP_LIST,
               help="Implicit: resample only these groups (comma-separated).  [default: all]")
 @click.option("--eval-group", type=click.IntRange(0),
@@ -298,8 +302,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
           model_kind, dim, ranks, levels_file, method, burn_in, keep_samples, keep_means, iters, learn_rate,
           dependent_rate, variant, dependent_weight, regular, init_stdev, bias, linear, seed, threads, early_stop,
           metric, meta, auto_groups, shared_precision, negatives,
-          alpha1, alpha2, loss, nce, reject_positives, negative_groups, eval_group, eval_share, top_k, rlog, quiet,
-          no_cache):
+          alpha1, alpha2, loss, nce, reject_positives, regular_negatives, negative_groups, eval_group, eval_share,
+          top_k, rlog, quiet, no_cache):
     """Train FM, RaFM or DiFacto on a libSVM/libFM file.
 
     Each feature gets its rank level by the log-nearest rule (paper Eq. 17)
@@ -438,7 +442,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                    keep_samples=keep_samples, keep_means=keep_means, auto_groups=auto_groups,
                    shared_precision=shared_precision,
                    negatives=negatives, alpha1=alpha1, alpha2=alpha2, loss=loss, nce=nce,
-                   reject_positives=reject_positives, negative_groups=negative_groups,
+                   reject_positives=reject_positives, regular_negatives=regular_negatives,
+                   negative_groups=negative_groups,
                    eval_group=eval_group, eval_share=eval_share, top_k=top_k)
     import functools
 

@@ -25,6 +25,15 @@ per-level sums are formed once per positive, then every context feature
 steps once. Each row's coefficients (a_j, b_j, per RaFM variant) and the
 optimizer steps are those of :mod:`rafmcli.kernels.sgd`.
 
+L2 (rafm-notes, "Regularisation") steps each context feature once per
+positive and each value feature once per scored row it is in (the default,
+conf[C_REG_NEGATIVES] = 1), or, with conf[C_REG_NEGATIVES] = 0
+(--no-regular-negatives), only in the positive row: a feature is then
+regularised as often as the data has it, whatever --negatives and Q2 are,
+instead of also each time noise draws it (a rare item K Q2 / count times its
+count; a genre, which nearly every item has, up to K+1 times per positive
+while its gradients over the rows that share it cancel).
+
 numba caches this file's kernels keyed by this file only: after editing
 kernels/sgd.py, forward.py or sampling.py, clear ``__pycache__`` (the tests
 compile into a cache named after all sources).
@@ -62,8 +71,8 @@ LOGISTIC = 0  # the values of ranking.LOSSES
 SOFTMAX = 1
 
 # slots of the integer configuration vector
-C_NEGATIVES, C_LOSS, C_NCE, C_NESTED, C_VARIANT, C_TRIES = range(6)
-N_CONF = 6
+C_NEGATIVES, C_LOSS, C_NCE, C_NESTED, C_VARIANT, C_TRIES, C_REG_NEGATIVES = range(7)
+N_CONF = 7
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -164,6 +173,7 @@ def _make_trainers(method):
         accV1, accV2, accw1, accw2, acc0 = state
         K, loss_kind, nce = conf[C_NEGATIVES], conf[C_LOSS], conf[C_NCE]
         nested, variant, tries = conf[C_NESTED] != 0, conf[C_VARIANT], conf[C_TRIES]
+        reg_negatives = np.float64(conf[C_REG_NEGATIVES] != 0)
         G = row_values.shape[1]
         m = widths.shape[0]
         soff = np.zeros(m + 1, dtype=np.int64)
@@ -285,11 +295,12 @@ def _make_trainers(method):
                                       lr_dep if dependent else lr_step, method, beta1, beta2, eps)
             for j in range(K + 1):
                 u = vals[j]
+                observed = 1.0 if j == 0 else reg_negatives  # L2 in this row (module notes)
                 for k in range(vptr[u], vptr[u + 1]):
                     i = vfeat[k]
                     x = vx[k]
-                    _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + hyper[H_REG1] * w[i], lr_linear, method,
-                          beta1, beta2, eps)
+                    _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + observed * hyper[H_REG1] * w[i], lr_linear,
+                          method, beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
                         c = j * m + l
@@ -297,7 +308,7 @@ def _make_trainers(method):
                         _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
                                       S, T, np.uint64((j + 1) * W + soff[l]),
                                       (a_dep[c] if dependent else a_free[c]) * x,
-                                      b_dep[c] * x if dependent else 0.0, x, reg_v[l],
+                                      b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
                                       lr_dep if dependent else lr_step, method, beta1, beta2, eps)
         return loss
 

@@ -71,6 +71,7 @@ class ImplicitTraining(Training):
         self.conf[K.C_NEGATIVES], self.conf[K.C_LOSS], self.conf[K.C_NCE] = opts.negatives, LOSSES[opts.loss], opts.nce
         self.conf[K.C_NESTED], self.conf[K.C_VARIANT] = model.nested, VARIANTS[opts.variant]
         self.conf[K.C_TRIES] = REDRAWS if opts.reject_positives else 0
+        self.conf[K.C_REG_NEGATIVES] = opts.regular_negatives
         self.kmodel = model.kernel_model()
         self.vocab_k = (vocab.ptr, vocab.feat, vocab.x)
         self.watch, self.sign = watched(opts, self.rset is not None)

@@ -41,6 +41,12 @@ def _executor(workers):
         return _POOL["executor"]
 
 
+def range_bounds(items, n):
+    """Where :func:`spread`'s ``n`` ranges over ``range(items)`` start (and the last ends):
+    range t is t * items // n .. (t + 1) * items // n (kernels/replicas.first_row relies on it)."""
+    return [t * items // n for t in range(n + 1)]
+
+
 def spread(kernel, items, *args, threads=None):
     """``kernel(lo, hi, *args)`` over contiguous ranges covering ``range(items)``,
     one range per thread (``threads``, default :func:`set_default`'s or every available core, at most
@@ -50,7 +56,7 @@ def spread(kernel, items, *args, threads=None):
     range owns. Returns the ranges' results in order.
     """
     n = max(1, min(threads or _DEFAULT["threads"] or available_cores(), items))
-    bounds = [t * items // n for t in range(n + 1)]
+    bounds = range_bounds(items, n)
     if n == 1:
         return [kernel(0, items, *args)]
     from concurrent.futures import wait

@@ -143,16 +143,79 @@ def test_gathered_rows_name_the_replicas_of_hot_features():
     assert idx[:3].tolist() == [9, 2, 17]
 
 
+def test_each_worker_has_its_own_replica_rows():
+    """first_row gives the worker of each of threads.spread's ranges (threads.range_bounds) rows of
+    its own, inside the spare rows, for any number of rows and threads (more threads than rows too)."""
+    from rafmcli import threads
+    from rafmcli.kernels import replicas as R
+
+    n_hot = 5
+    for items in range(1, 41):
+        for n_threads in range(1, 13):
+            n = max(1, min(n_threads, items))  # spread's count
+            replicas = (np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1)
+            bounds = threads.range_bounds(items, n)
+            firsts = [R.first_row(lo, items, replicas) for lo in bounds[:-1]]
+            assert firsts == [100 + t * n_hot for t in range(n)], (items, n_threads)
+
+
+@pytest.mark.parametrize("method", ["sgd", "adagrad"])
+def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
+    """Worker 0 on rows [0, a) and then worker 1 on [a, n) (one after the other, so nothing races)
+    give the serial epoch bit for bit; worker 1's replica rows end as the shared rows and worker
+    0's as they were after row a: the two workers used different rows."""
+    data = planted[0]
+    opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
+    results = []
+    for workers in (False, True):
+        rng = np.random.default_rng(4)
+        model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
+                      0.0, (0, 1))
+        model.w[:] = rng.normal(0, 0.3, model.w.size)
+        rows = kernel_rows(model, data)
+        kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
+        state = optimizer_state(method, model)
+        order = rng.permutation(data.n_rows).astype(np.int64)
+        n, a = order.shape[0], order.shape[0] // 2
+        common = (hyper_vector(opts, model), np.full(1, 0.01), K.TASK_CLASSIFICATION, True, VARIANTS["paper"])
+        if workers:
+            spare, state = hogwild.spare_rows(model, state, 2)
+            hot, hot_ids, bits = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
+                                                      hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
+            replicas = (bits, hot, hot_ids, model.w.size, 2, 53)
+            kmodel = (*spare.model, model.kernel_model()[5])
+            train = K._TRAINERS[METHODS[method]]
+            train(0, a, order, 0, kdata, kmodel, spare.state, *common, replicas)
+            after_a = model.V.reshape(-1, 8)[hot_ids].copy()
+            train(a, n, order, 0, kdata, kmodel, spare.state, *common, replicas)
+            nf, V = model.w.size, spare.model[3].reshape(-1, 8)
+            np.testing.assert_array_equal(V[nf + hot_ids.size:nf + 2 * hot_ids.size], model.V.reshape(-1, 8)[hot_ids])
+            np.testing.assert_array_equal(V[nf:nf + hot_ids.size], after_a)
+            assert not np.array_equal(after_a, model.V.reshape(-1, 8)[hot_ids])
+            w0 = kmodel[5][0]
+        else:
+            kmodel = model.kernel_model()
+            K.train_epoch(order, 0, kdata, kmodel, state, *common, METHODS[method])
+            w0 = kmodel[5][0]
+        results.append((w0, model.w.copy(), model.V.copy(), [x.copy() for x in state]))
+    (b0, w_0, v0, s0), (b1, w_1, v1, s1) = results
+    assert b1 == b0
+    np.testing.assert_array_equal(w_1, w_0)
+    np.testing.assert_array_equal(v1, v0)
+    for x, y in zip(s1, s0):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_spare_rows_only_for_small_fm_models():
-    """FM factors get spare rows (the model's V and w then view the first rows of the grown
-    arrays); RaFM, DiFacto and FM factors over SPARE_MAX_BYTES do not."""
+    """One-level factors get spare rows (the model's V and w then view the first rows of the grown
+    arrays); RaFM with two levels and factors (with their spare rows) over SPARE_MAX_BYTES do not."""
     rng = np.random.default_rng(0)
     ids = np.arange(50, dtype=np.int32)
     fm = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
     state = optimizer_state("adagrad", fm)
     before = fm.V.copy()
     spare, views = hogwild.spare_rows(fm, state, 2)
-    assert spare.model[3].shape[0] == (50 + 2 * hogwild.MAX_HOT) * 16
+    assert spare.model[3].shape[0] == (50 + 2 * 50) * 16  # at most as many hot rows as features
     assert np.shares_memory(fm.V, spare.model[3]) and np.shares_memory(views[0], spare.state[0])
     np.testing.assert_array_equal(fm.V, before)
     np.testing.assert_array_equal(views[0], state[0])
@@ -174,6 +237,9 @@ def test_threads_learn_as_well_as_one(planted, kind, ranks, method):
         opts = Options(task="c", model=kind, ranks=ranks, method=method, iters=8, threads=threads,
                        learn_rate=0.05 if method == "adagrad" else 0.02, early_stop=0, holdout=0.0)
         model, _ = train(train_set, opts, progress=False, quiet=True)
+        for arr in (model.V, model.w):  # its own rows, not views of the workers' spare arrays
+            owner = arr if arr.base is None else arr.base
+            assert owner.nbytes <= arr.nbytes + 64
         aucs.append(evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])["auc"])
     assert min(aucs) > 0.75, aucs
     assert min(aucs[1:]) > aucs[0] - 0.015, aucs

@@ -410,21 +410,23 @@ class SpareRows(NamedTuple):
     state: tuple
 
 
-SPARE_MAX_BYTES = 1 << 28  # larger FM factors are not copied into arrays with spare rows
+SPARE_MAX_BYTES = 1 << 28  # larger FM factors (with their spare rows) are not copied
 
 
 def spare_rows(model, state, n_threads):
-    """Arrays with room for ``n_threads`` x MAX_HOT replica rows after ``model``'s FM factors,
-    weights and optimizer ``state`` (one copy); the model's V and w then view their first rows.
+    """Arrays with room for ``n_threads`` x min(MAX_HOT, features) replica rows after ``model``'s
+    factors, weights and optimizer ``state`` (one copy) when it has one level (FM, or RaFM and
+    DiFacto with one rank); the model's V and w then view their first rows.
 
-    Returns (:class:`SpareRows`, the state as views of their first rows), or None for RaFM
-    and DiFacto and for factors over SPARE_MAX_BYTES (the copy's cost; on a large
-    vocabulary few rows are hot, and plain Hogwild scales)."""
+    Returns (:class:`SpareRows`, the state as views of their first rows), or None for several
+    levels and when the factors with their spare rows exceed SPARE_MAX_BYTES (the copy's cost;
+    on a large vocabulary few rows are hot, and plain Hogwild scales)."""
     from rafmcli.model.layout import aligned_zeros
 
-    if len(model.ranks) > 1 or model.V.nbytes > SPARE_MAX_BYTES:
+    spare = n_threads * min(MAX_HOT, model.w.shape[0])
+    width = int(model.widths[0])
+    if len(model.ranks) > 1 or model.V.nbytes + spare * width * model.V.itemsize > SPARE_MAX_BYTES:
         return None
-    spare = n_threads * MAX_HOT
 
     def grow(a, width):
         if not a.shape[0]:
@@ -433,7 +435,6 @@ def spare_rows(model, state, n_threads):
         full[:a.shape[0]] = a
         return full, full[:a.shape[0]]
 
-    width = int(model.widths[0])
     V, model.V = grow(model.V, width)
     w, model.w = grow(model.w, 1)
     grown = [grow(a, width) for a in state[:2]] + [grow(a, 1) for a in state[2:4]]
@@ -442,12 +443,12 @@ def spare_rows(model, state, n_threads):
 
 
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
-                spare=None, hot_share=None, merge_rows=MERGE_ROWS):
+                spare=None, merge_rows=MERGE_ROWS):
     """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
     each on its own slice of ``order``; returns the summed loss.
 
-    Features in at least ``hot_share`` (default HOT_SHARE, SPARE_HOT_SHARE with ``spare``) of
-    this epoch's first HOT_SAMPLE rows are hot (at most MAX_HOT); each worker steps them in its
+    Features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of this epoch's first
+    HOT_SAMPLE rows are hot (at most MAX_HOT); each worker steps them in its
     replica, merged every ``merge_rows`` rows (fewer on small data). ``spare``:
     :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then run
     kernels.sgd's row loop.
@@ -455,8 +456,7 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
-    if hot_share is None:
-        hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
+    hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
     hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))

@@ -27,8 +27,8 @@ def none():
 
 @njit(cache=True)
 def first_row(lo, items, replicas):
-    """The row of slot 0 of the worker whose range starts at ``lo`` (threads.spread's ranges:
-    worker t starts at t * items // n_threads)."""
+    """The row of slot 0 of the worker whose range starts at ``lo`` (worker t's range starts at
+    t * items // n_threads: threads.range_bounds, pinned by tests/test_hogwild.py)."""
     hot_ids, n_features, n_threads = replicas[2], replicas[3], replicas[4]
     t = 0
     while t * items // n_threads < lo:

@@ -333,7 +333,7 @@ def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, va
     """One pass over ``order`` on one thread (bit-for-bit reproducible); returns the summed loss.
 
     Each row: forward (Theorem 3), then bias, linear and factor steps; row
-    ``order[lo]`` counts as optimizer step ``step0 + 1`` (Adam's bias correction).
+    ``order[pos]`` counts as optimizer step ``step0 + pos + 1`` (Adam's bias correction).
     """
     return _TRAINERS[method](0, order.shape[0], order, step0, data, model, state, hyper, reg_v, task, nested,
                              variant, no_replicas())

@@ -153,6 +153,8 @@ class Training:
 
         ``rows_of``: a Training on the same rows whose model numbers the features
         as this one does; its row arrays (in internal ids) are shared, not copied.
+        FM on several threads: the model's V and w and ``self.state`` become views of
+        arrays with spare rows for the workers' replicas (kernels/hogwild.spare_rows).
         """
         self.n_rows = data.n_rows
         self.validation = validation
@@ -169,6 +171,7 @@ class Training:
             made = spare_rows(self.model, self.state, self.opts.threads)
             if made is not None:
                 self.spare, self.state = made
+                self.model.state = None  # its arrays were copied; result() makes it anew
         self.kmodel = self.model.kernel_model()
         if self.opts.method == "sgda" and self.adaptive is None:
             from rafmcli.solvers.sgda import AdaptiveStep
@@ -304,6 +307,10 @@ class Training:
         if self.best[2] is not None:
             model.w0, model.w, model.V = self.best[2]
             self.kmodel = None  # the run cannot go on from here
+        if self.spare is not None:  # the model keeps its own rows, not views of the spare arrays
+            model.V, model.w = aligned_copy(model.V), model.w.copy()
+            self.state = tuple(aligned_copy(a) if a.shape[0] == model.V.shape[0] else a.copy() for a in self.state)
+            self.kmodel, self.spare = None, None
         summary = {"epochs": self.epoch, "best_epoch": self.best_epoch}
         if self.best[2] is not None:
             summary["validation"] = {k: self.history[self.best[1] - 1][k] for k in metrics.names(self.opts.task)}

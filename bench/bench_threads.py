@@ -1,6 +1,6 @@
 """Training threads: ``rafm train --threads 1`` against ``--threads 2`` (and xLearn), whole processes.
 
-    python bench/bench_threads.py [--set fields|clicks-1000000|both] [--repeats 3] [--epochs N]
+    python bench/bench_threads.py [--set fields|clicks-1000000|both|samples] [--repeats 3] [--epochs N]
 
 ``fields`` is a generated small-vocabulary click set (:func:`fields_rows`):
 57,600 training and 28,800 test rows, 10 one-hot fields of 10 to 2,000 values
@@ -13,7 +13,9 @@ lock-free threads fight over cache lines. ``clicks-1000000`` is bench_train.py's
 so that a busy machine slows both alike. The table gives the median run with
 the slowest and fastest: training rows/s (epochs after the first, from the
 --rlog), the whole command's wall time, its peak resident memory, and the test
-AUC and log loss (accuracy must stay within noise of one thread).
+AUC and log loss (accuracy must stay within noise of one thread). ``samples``
+times whole ``rafm train`` runs on the shipped samples with 1 and 2 threads: on a few
+thousand rows a second thread's start costs more than it saves.
 
 With xLearn installed (``pip install xlearn==0.40a1``; USER is set for it), xLearn's
 FM(64) with SGD (learning rate 0.01, L2 0.01, its default instance normalisation)
@@ -168,9 +170,38 @@ def cell(values, fmt):
     return f"{fmt(float(np.median(v)))} ({fmt(v[0])} - {fmt(v[-1])})"
 
 
+SAMPLES = os.path.join(os.path.dirname(HERE), "data_samples")
+# small files: whole `rafm train` runs with the defaults but --threads (name, arguments)
+SMALL_RUNS = [
+    ("classification sample, defaults", ["--task", "c", "--train", "classification.train.libfm",
+                                         "--validation", "classification.validation.libfm"]),
+    ("regression sample, defaults", ["--task", "r", "--train", "regression.train.libfm",
+                                     "--validation", "regression.validation.libfm"]),
+    ("regression sample, mcmc", ["--task", "r", "--train", "regression.train.libfm", "--method", "mcmc"]),
+    ("implicit sample, defaults", ["--task", "implicit", "--train", "implicit.train.libfm", "--meta", "implicit.meta"]),
+]
+
+
+def small_files(repeats):
+    """Whole-command wall time of SMALL_RUNS with 1 and 2 threads, in turn: does a second
+    thread pay on the shipped samples (a few thousand rows)?"""
+    print(f"\nshipped samples (data_samples/): whole command, median wall s (fastest-slowest) of {repeats}")
+    print(f"{'run':<36}{'1 thread':>22}{'2 threads':>22}")
+    for name, args in SMALL_RUNS:
+        cmd = [sys.executable, "-m", "rafmcli", "train", *(a if not a.endswith((".libfm", ".meta")) else
+                                                          os.path.join(SAMPLES, a) for a in args), "--quiet"]
+        run(cmd + ["--threads", "1"])  # kernels compiled and cached before timing
+        walls = {1: [], 2: []}
+        for _ in range(repeats):
+            for threads in (1, 2):
+                walls[threads].append(run(cmd + ["--threads", str(threads)])[0])
+        print(f"{name:<36}{cell(walls[1], lambda x: f'{x:.2f}'):>22}{cell(walls[2], lambda x: f'{x:.2f}'):>22}")
+    print("  rafm train ARGS --threads T --quiet  (ARGS as named, files in data_samples/)")
+
+
 @click.command()
-@click.option("--set", "which", type=click.Choice(["fields", "clicks-1000000", "both"]), default="both",
-              show_default=True)
+@click.option("--set", "which", type=click.Choice(["fields", "clicks-1000000", "both", "samples"]),
+              default="both", show_default=True)
 @click.option("--repeats", default=3, show_default=True, help="fresh processes per configuration")
 @click.option("--epochs", type=int, help="epochs a run [default: 50 on fields, 4 on the 1M set]")
 @click.option("--config", "names", multiple=True, help="only these configurations (by name)")
@@ -178,6 +209,9 @@ def main(which, repeats, epochs, names):
     print("$ python bench/bench_threads.py " + shlex.join(sys.argv[1:]))
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start "
           "(a shared machine: compare rows side by side, not with other runs)")
+    if which == "samples":
+        small_files(repeats)
+        return
     configs = [c for c in CONFIGS if not names or c[0] in names]
     xlearn = has_xlearn() and (not names or "xLearn FM(64) sgd" in names)
     if not xlearn:

@@ -206,6 +206,27 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
         np.testing.assert_array_equal(x, y)
 
 
+def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch):
+    """FM whose factors exceed SPARE_MAX_BYTES trains plain Hogwild with the serial row loop:
+    no spare arrays, and two threads learn as well as one, log loss too (each worker's bias is
+    its own copy, merged every few rows: merged once an epoch it overshot)."""
+    from rafmcli.solvers.sgd import Training
+
+    monkeypatch.setattr(hogwild, "SPARE_MAX_BYTES", 0)
+    train_set, test_set = planted
+    aucs = []
+    for threads in (1, 2):
+        opts = Options(task="c", model="fm", ranks=(4,), method="adagrad", iters=8, threads=threads,
+                       learn_rate=0.05, early_stop=0, holdout=0.0)
+        assert Training(train_set, opts).spare is None
+        model, _ = train(train_set, opts, progress=False, quiet=True)
+        found = evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])
+        aucs.append((found["auc"], found["logloss"]))
+    (auc1, loss1), (auc2, loss2) = aucs
+    assert min(auc1, auc2) > 0.75 and auc2 > auc1 - 0.015, aucs
+    assert abs(loss2 - loss1) < 0.005, aucs
+
+
 def test_spare_rows_only_for_small_fm_models():
     """One-level factors get spare rows (the model's V and w then view the first rows of the grown
     arrays); RaFM with two levels and factors (with their spare rows) over SPARE_MAX_BYTES do not."""

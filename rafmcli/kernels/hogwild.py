@@ -9,10 +9,13 @@ replica, and every MERGE_ROWS rows adds its change since the last merge
 (replica - base) to the shared model and takes the sum back: Hogwild's delayed
 updates, batched. Cold features are stepped in place.
 
-* FM (one level): the replicas are spare rows after the model's own in the
-  same arrays (:func:`spare_rows`), and a hot feature's id is rewritten to its
-  replica's as rows are gathered, so a worker runs kernels.sgd's own row loop
-  (:func:`_make_spare_worker`) at the serial loop's speed.
+* FM (one level), factors up to SPARE_MAX_BYTES: the replicas are spare rows
+  after the model's own in the same arrays (:func:`spare_rows`,
+  kernels/replicas.py), and a hot feature's id is rewritten to its replica's
+  as rows are gathered, so a worker runs kernels.sgd's own row loop at the
+  serial loop's speed.
+* FM with larger factors: plain Hogwild with kernels.sgd's row loop, each
+  worker with its own copy of the bias (on a large vocabulary few rows are hot).
 * RaFM and DiFacto (level blocks leave no room for spare rows): the worker's
   row loop repeats kernels.sgd's with replica-aware forward kernels
   (:func:`_make_trainer`; one loop with run-time replica tests cost a third of
@@ -61,6 +64,7 @@ from rafmcli.kernels.sgd import (
     _step,
     _step_factors,
     gather_rows,
+    no_replicas,
 )
 
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
@@ -410,7 +414,7 @@ class SpareRows(NamedTuple):
     state: tuple
 
 
-SPARE_MAX_BYTES = 1 << 28  # larger FM factors (with their spare rows) are not copied
+SPARE_MAX_BYTES = 1 << 26  # larger FM factors (with their spare rows) are not copied
 
 
 def spare_rows(model, state, n_threads):
@@ -419,8 +423,9 @@ def spare_rows(model, state, n_threads):
     DiFacto with one rank); the model's V and w then view their first rows.
 
     Returns (:class:`SpareRows`, the state as views of their first rows), or None for several
-    levels and when the factors with their spare rows exceed SPARE_MAX_BYTES (the copy's cost;
-    on a large vocabulary few rows are hot, and plain Hogwild scales)."""
+    levels and when the factors with their spare rows exceed SPARE_MAX_BYTES (the copy would
+    raise peak memory; on a large vocabulary few rows are hot, and plain Hogwild scales:
+    :func:`train_epoch`)."""
     from rafmcli.model.layout import aligned_zeros
 
     spare = n_threads * min(MAX_HOT, model.w.shape[0])
@@ -456,10 +461,15 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
-    hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
-    hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
+    if spare is None and model[1].shape[0] == 1:  # one level, too large for spare rows: plain Hogwild
+        unused = no_replicas()  # but each worker's bias is its own, merged every merge_rows rows
+        replicas = (unused[0], unused[1], unused[2], 0, n_threads, merge_rows)
+        return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
+                                task, nested, variant, replicas, threads=n_threads)))
+    hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
+    hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
         replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows)

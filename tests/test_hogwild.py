@@ -75,6 +75,16 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def fm_with_rows(data, method, seed):
+    """(rng, a fresh FM(8) with random linear weights, its kernel rows of ``data``, optimizer state)."""
+    rng = np.random.default_rng(seed)
+    model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
+                  0.0, (0, 1))
+    model.w[:] = rng.normal(0, 0.3, model.w.size)  # copies of w that started from 0 would show
+    rows = kernel_rows(model, data)
+    return rng, model, (rows[0], rows[1], rows[2], data.labels.astype(np.float64)), optimizer_state(method, model)
+
+
 @pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
 def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
     """FM's worker runs the serial row loop with hot features' ids rewritten to its replica rows
@@ -84,13 +94,7 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
     opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
     models = []
     for worker in (False, True):
-        rng = np.random.default_rng(3)
-        model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
-                      0.0, (0, 1))
-        model.w[:] = rng.normal(0, 0.3, model.w.size)  # copies that started from 0 would show
-        rows = kernel_rows(model, data)
-        kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
-        state = optimizer_state(method, model)
+        rng, model, kdata, state = fm_with_rows(data, method, 3)
         spare = None
         if worker:
             spare, state = hogwild.spare_rows(model, state, 1)
@@ -168,13 +172,7 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
     opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
     results = []
     for workers in (False, True):
-        rng = np.random.default_rng(4)
-        model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
-                      0.0, (0, 1))
-        model.w[:] = rng.normal(0, 0.3, model.w.size)
-        rows = kernel_rows(model, data)
-        kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
-        state = optimizer_state(method, model)
+        rng, model, kdata, state = fm_with_rows(data, method, 4)
         order = rng.permutation(data.n_rows).astype(np.int64)
         n, a = order.shape[0], order.shape[0] // 2
         common = (hyper_vector(opts, model), np.full(1, 0.01), K.TASK_CLASSIFICATION, True, VARIANTS["paper"])

@@ -37,16 +37,20 @@ def first_row(lo, items, replicas):
 
 
 @njit(cache=True, error_model="numpy")
-def _rows(arr, width, hot_ids, first, base):
-    """Copy the hot rows of ``arr`` into the worker's rows and into ``base``."""
+def _rows(arr, width, hot_ids, first, base, merge):
+    """Copy the hot rows of ``arr`` into the worker's rows and into ``base`` or, with ``merge``,
+    merge the worker's rows into them (:func:`_merge_one`)."""
     if not arr.shape[0]:
         return
     for s in range(hot_ids.shape[0]):
         g, h, b = np.uint64(hot_ids[s]) * width, np.uint64(first + s) * width, np.uint64(s) * width
         for f in range(width):
-            v = arr[g + f]
-            arr[h + f] = v
-            base[b + f] = v
+            if merge:
+                _merge_one(arr, g + f, arr, h + f, base, b + f)
+            else:
+                v = arr[g + f]
+                arr[h + f] = v
+                base[b + f] = v
 
 
 @njit(cache=True, error_model="numpy")
@@ -61,12 +65,12 @@ def open_copies(hot_ids, first, model, state):
             np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
             model[5].copy(), acc0.copy())
     one = np.uint64(1)
-    _rows(V, width, hot_ids, first, base[0])
-    _rows(accV1, width, hot_ids, first, base[1])
-    _rows(accV2, width, hot_ids, first, base[2])
-    _rows(w, one, hot_ids, first, base[3])
-    _rows(accw1, one, hot_ids, first, base[4])
-    _rows(accw2, one, hot_ids, first, base[5])
+    _rows(V, width, hot_ids, first, base[0], False)
+    _rows(accV1, width, hot_ids, first, base[1], False)
+    _rows(accV2, width, hot_ids, first, base[2], False)
+    _rows(w, one, hot_ids, first, base[3], False)
+    _rows(accw1, one, hot_ids, first, base[4], False)
+    _rows(accw2, one, hot_ids, first, base[5], False)
     return base
 
 
@@ -82,27 +86,17 @@ def _merge_one(shared, g, local, h, base, b):
 
 
 @njit(cache=True, error_model="numpy")
-def _merge_rows(arr, width, hot_ids, first, base):
-    if not arr.shape[0]:
-        return
-    for s in range(hot_ids.shape[0]):
-        g, h, b = np.uint64(hot_ids[s]) * width, np.uint64(first + s) * width, np.uint64(s) * width
-        for f in range(width):
-            _merge_one(arr, g + f, arr, h + f, base, b + f)
-
-
-@njit(cache=True, error_model="numpy")
 def merge(hot_ids, first, model, state, bias, bias_state, base):
     """Merge the worker's rows and its bias (``bias``, ``bias_state``: its copies) into the shared ones."""
     V, w, width = model[3], model[4], np.uint64(model[1][0])
     accV1, accV2, accw1, accw2, acc0 = state
     one = np.uint64(1)
-    _merge_rows(V, width, hot_ids, first, base[0])
-    _merge_rows(accV1, width, hot_ids, first, base[1])
-    _merge_rows(accV2, width, hot_ids, first, base[2])
-    _merge_rows(w, one, hot_ids, first, base[3])
-    _merge_rows(accw1, one, hot_ids, first, base[4])
-    _merge_rows(accw2, one, hot_ids, first, base[5])
+    _rows(V, width, hot_ids, first, base[0], True)
+    _rows(accV1, width, hot_ids, first, base[1], True)
+    _rows(accV2, width, hot_ids, first, base[2], True)
+    _rows(w, one, hot_ids, first, base[3], True)
+    _rows(accw1, one, hot_ids, first, base[4], True)
+    _rows(accw2, one, hot_ids, first, base[5], True)
     _merge_one(model[5], 0, bias, 0, base[6], 0)
     for k in range(2):
         _merge_one(acc0, k, bias_state, k, base[7], k)

@@ -94,12 +94,7 @@ def main(names, seeds, data_seed):
     print(f"\n| model | full HR@{bench.K} | full NDCG@{bench.K} | L2 chosen | genre neighbours | taste neighbours |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in names or ("fm-uniform", "fm-default", "fm-l2-positives", "rafm-default", "rafm-l2-positives"):
-        best = None
-        for point in bench.GRID:
-            model, history = bench.fit(data, name, point, seed=1)
-            val = max(h[f"ndcg{bench.K}"] for h in history)
-            if best is None or val > best[0]:
-                best = (val, point, model)
+        best = bench.choose_point(data, name)
         results, ratios = [], []
         for seed in range(1, seeds + 1):
             model = best[2] if seed == 1 else bench.fit(data, name, best[1], seed)[0]

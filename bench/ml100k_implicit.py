@@ -178,6 +178,19 @@ def fit(data, name, point, seed):
     return model, history
 
 
+def choose_point(data, name):
+    """(best validation NDCG@K, GRID point, its model, its training seconds) of ``name`` trained
+    with seed 1 at every GRID point: seed 1's run is then the first of the seeds."""
+    best = None
+    for point in GRID:
+        start = time.perf_counter()
+        model, history = fit(data, name, point, seed=1)
+        val = max(h[f"ndcg{K}"] for h in history)
+        if best is None or val > best[0]:
+            best = (val, point, model, time.perf_counter() - start)
+    return best
+
+
 def test_metrics(model, data, seed=0):
     """Full-catalogue and sampled-100 HR@10 / NDCG@10 of the test positives."""
     from rafmcli import ranking
@@ -269,13 +282,7 @@ def main(names, seeds, no_speed, ids_only):
     rows, agreement = [], {}
     base_model = None
     for name in names or CONFIGS:
-        best = None
-        for point in GRID:  # seed 1 chooses the point; its run is the first of the seeds
-            start = time.perf_counter()
-            model, history = fit(data, name, point, seed=1)
-            val = max(h[f"ndcg{K}"] for h in history)
-            if best is None or val > best[0]:
-                best = (val, point, model, time.perf_counter() - start)
+        best = choose_point(data, name)
         results, secs = [], []
         for seed in range(1, seeds + 1):
             start = time.perf_counter()

@@ -97,7 +97,8 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
         rng, model, kdata, state = fm_with_rows(data, method, 3)
         spare = None
         if worker:
-            spare, state = hogwild.spare_rows(model, state, 1)
+            spare = hogwild.spare_rows(model, state, 1)
+            state = spare.views
         kmodel = model.kernel_model()
         order = rng.permutation(data.n_rows).astype(np.int64)
         args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(1, 0.01),
@@ -177,7 +178,8 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
         n, a = order.shape[0], order.shape[0] // 2
         common = (hyper_vector(opts, model), np.full(1, 0.01), K.TASK_CLASSIFICATION, True, VARIANTS["paper"])
         if workers:
-            spare, state = hogwild.spare_rows(model, state, 2)
+            spare = hogwild.spare_rows(model, state, 2)
+            state = spare.views
             hot, hot_ids, bits = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
                                                       hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
             replicas = (bits, hot, hot_ids, model.w.size, 2, 53)
@@ -233,7 +235,8 @@ def test_spare_rows_only_for_small_fm_models():
     fm = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
     state = optimizer_state("adagrad", fm)
     before = fm.V.copy()
-    spare, views = hogwild.spare_rows(fm, state, 2)
+    spare = hogwild.spare_rows(fm, state, 2)
+    views = spare.views
     assert spare.model[3].shape[0] == (50 + 2 * 50) * 16  # at most as many hot rows as features
     assert np.shares_memory(fm.V, spare.model[3]) and np.shares_memory(views[0], spare.state[0])
     np.testing.assert_array_equal(fm.V, before)

@@ -408,10 +408,12 @@ _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRA
 
 class SpareRows(NamedTuple):
     """The epoch kernels' (lev, widths, offsets, V, w) and (accV1, accV2, accw1, accw2, acc0)
-    with spare rows for the workers' replicas after the model's own (:func:`spare_rows`)."""
+    with spare rows for the workers' replicas after the model's own (:func:`spare_rows`), and
+    that state as views of its first rows (the model's own)."""
 
     model: tuple
     state: tuple
+    views: tuple
 
 
 SPARE_MAX_BYTES = 1 << 26  # larger FM factors (with their spare rows) are not copied
@@ -422,7 +424,7 @@ def spare_rows(model, state, n_threads):
     factors, weights and optimizer ``state`` (one copy) when it has one level (FM, or RaFM and
     DiFacto with one rank); the model's V and w then view their first rows.
 
-    Returns (:class:`SpareRows`, the state as views of their first rows), or None for several
+    Returns :class:`SpareRows`, or None for several
     levels and when the factors with their spare rows exceed SPARE_MAX_BYTES (the copy would
     raise peak memory; on a large vocabulary few rows are hot, and plain Hogwild scales:
     :func:`train_epoch`)."""
@@ -444,7 +446,7 @@ def spare_rows(model, state, n_threads):
     w, model.w = grow(model.w, 1)
     grown = [grow(a, width) for a in state[:2]] + [grow(a, 1) for a in state[2:4]]
     kmodel = (*model.kernel_model()[:3], V, w)
-    return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],)), tuple(g[1] for g in grown) + (state[4],)
+    return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],))
 
 
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,

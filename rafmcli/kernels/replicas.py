@@ -54,6 +54,18 @@ def _rows(arr, width, hot_ids, first, base, merge):
 
 
 @njit(cache=True, error_model="numpy")
+def _each_array(hot_ids, first, model, state, base, merge):
+    """:func:`_rows` on V, w and their optimizer state, with ``base`` their bases."""
+    width, one = np.uint64(model[1][0]), np.uint64(1)
+    _rows(model[3], width, hot_ids, first, base[0], merge)
+    _rows(state[0], width, hot_ids, first, base[1], merge)
+    _rows(state[1], width, hot_ids, first, base[2], merge)
+    _rows(model[4], one, hot_ids, first, base[3], merge)
+    _rows(state[2], one, hot_ids, first, base[4], merge)
+    _rows(state[3], one, hot_ids, first, base[5], merge)
+
+
+@njit(cache=True, error_model="numpy")
 def open_copies(hot_ids, first, model, state):
     """Fill the worker's rows from the shared ones; return their values now (the base of the
     first merge): (V, accV1, accV2, w, accw1, accw2, bias, bias state)."""
@@ -64,13 +76,7 @@ def open_copies(hot_ids, first, model, state):
             np.empty(n * width if accV2.shape[0] else 0, V.dtype), np.empty(n, w.dtype),
             np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
             model[5].copy(), acc0.copy())
-    one = np.uint64(1)
-    _rows(V, width, hot_ids, first, base[0], False)
-    _rows(accV1, width, hot_ids, first, base[1], False)
-    _rows(accV2, width, hot_ids, first, base[2], False)
-    _rows(w, one, hot_ids, first, base[3], False)
-    _rows(accw1, one, hot_ids, first, base[4], False)
-    _rows(accw2, one, hot_ids, first, base[5], False)
+    _each_array(hot_ids, first, model, state, base, False)
     return base
 
 
@@ -88,15 +94,7 @@ def _merge_one(shared, g, local, h, base, b):
 @njit(cache=True, error_model="numpy")
 def merge(hot_ids, first, model, state, bias, bias_state, base):
     """Merge the worker's rows and its bias (``bias``, ``bias_state``: its copies) into the shared ones."""
-    V, w, width = model[3], model[4], np.uint64(model[1][0])
-    accV1, accV2, accw1, accw2, acc0 = state
-    one = np.uint64(1)
-    _rows(V, width, hot_ids, first, base[0], True)
-    _rows(accV1, width, hot_ids, first, base[1], True)
-    _rows(accV2, width, hot_ids, first, base[2], True)
-    _rows(w, one, hot_ids, first, base[3], True)
-    _rows(accw1, one, hot_ids, first, base[4], True)
-    _rows(accw2, one, hot_ids, first, base[5], True)
+    _each_array(hot_ids, first, model, state, base, True)
     _merge_one(model[5], 0, bias, 0, base[6], 0)
     for k in range(2):
-        _merge_one(acc0, k, bias_state, k, base[7], k)
+        _merge_one(state[4], k, bias_state, k, base[7], k)

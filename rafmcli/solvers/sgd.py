@@ -168,9 +168,9 @@ class Training:
         if self.opts.threads > 1 and self.opts.method != "sgda":
             from rafmcli.kernels.hogwild import spare_rows
 
-            made = spare_rows(self.model, self.state, self.opts.threads)
-            if made is not None:
-                self.spare, self.state = made
+            self.spare = spare_rows(self.model, self.state, self.opts.threads)
+            if self.spare is not None:
+                self.state = self.spare.views
                 self.model.state = None  # its arrays were copied; result() makes it anew
         self.kmodel = self.model.kernel_model()
         if self.opts.method == "sgda" and self.adaptive is None:

@@ -1,12 +1,16 @@
 """Hogwild threads with per-thread replicas of the hot features (kernels/hogwild.py):
 one worker reproduces the serial epoch, and n threads learn a planted model as well as one."""
 
+import threading
+
 import numpy as np
 import pytest
+from numba import njit
 
 from rafmcli.io.reader import read_dataset
 from rafmcli.kernels import hogwild
 from rafmcli.kernels import sgd as K
+from rafmcli.kernels.claims import fetch_increment
 from rafmcli.metrics import evaluate
 from rafmcli.model.layout import build
 from rafmcli.options import Options
@@ -158,7 +162,8 @@ def test_each_worker_has_its_own_replica_rows():
     for items in range(1, 41):
         for n_threads in range(1, 13):
             n = max(1, min(n_threads, items))  # spread's count
-            replicas = (np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1)
+            replicas = (np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1,
+                        np.empty(0, np.int64))
             bounds = threads.range_bounds(items, n)
             firsts = [R.first_row(lo, items, replicas) for lo in bounds[:-1]]
             assert firsts == [100 + t * n_hot for t in range(n)], (items, n_threads)
@@ -182,7 +187,7 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
             state = spare.views
             hot, hot_ids, bits = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
                                                       hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
-            replicas = (bits, hot, hot_ids, model.w.size, 2, 53)
+            replicas = (bits, hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64))  # no claims: own ranges
             kmodel = (*spare.model, model.kernel_model()[5])
             train = K._TRAINERS[METHODS[method]]
             train(0, a, order, 0, kdata, kmodel, spare.state, *common, replicas)
@@ -204,6 +209,57 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
     np.testing.assert_array_equal(v1, v0)
     for x, y in zip(s1, s0):
         np.testing.assert_array_equal(x, y)
+
+
+@njit(nogil=True)
+def _claim_all(counter, seen, n):
+    for _ in range(n):
+        seen[fetch_increment(counter)] += 1
+
+
+def test_claims_are_atomic():
+    """Two threads each claiming 5,000,000 times from one counter (three rounds) get every value
+    below 10,000,000 exactly once: no claim is lost or given twice (a plain load and store lost
+    millions here)."""
+    n = 5_000_000
+    _claim_all(np.zeros(1, np.int64), np.zeros(1, np.uint8), 1)  # compile before the race
+    for _ in range(3):
+        counter, seen = np.zeros(1, np.int64), np.zeros(2 * n, np.uint8)
+        workers = [threading.Thread(target=_claim_all, args=(counter, seen, n)) for _ in range(2)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        assert counter[0] == 2 * n
+        assert np.count_nonzero(seen == 1) == 2 * n
+
+
+@pytest.mark.parametrize("kind,ranks,path", [("fm", (8,), "spare rows"), ("fm", (8,), "plain"),
+                                             ("rafm", (2, 8), "replica loop")])
+@pytest.mark.parametrize("n_threads,n_rows", [(2, 8000), (3, 8000), (2, 700), (4, 300)])
+def test_workers_claim_every_row_once(planted, kind, ranks, path, n_threads, n_rows):
+    """With the learning rate 0 each row's loss is fixed: the workers' summed loss is the
+    serial epoch's, so together they visited every row of ``order`` exactly once, whatever
+    the number of threads and however the rows fall into blocks (kernels/claims.py)."""
+    data = planted[0]
+    opts = Options(task="c", model=kind, ranks=ranks, method="adagrad", learn_rate=0.05)
+    rng = np.random.default_rng(6)
+    model = build(kind, "c", ranks, data.feature_ids, np.minimum(np.arange(data.feature_ids.size) % 2 + 1,
+                                                                   len(ranks)), 0.1, rng, 0.0, (0, 1))
+    rows = kernel_rows(model, data)
+    kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
+    state = optimizer_state("adagrad", model)
+    hyper = hyper_vector(opts, model)
+    hyper[K.H_LR] = hyper[K.H_LR_DEP] = 0.0
+    order = rng.permutation(data.n_rows)[:n_rows].astype(np.int64)
+    args = (0, kdata, model.kernel_model(), state, hyper, np.full(len(ranks), 0.01), K.TASK_CLASSIFICATION,
+            model.nested, VARIANTS["paper"], METHODS["adagrad"])
+    serial = K.train_epoch(order, *args)
+    spare = hogwild.spare_rows(model, state, n_threads) if path == "spare rows" else None
+    if spare is not None:  # the model's own rows now view the arrays with spare rows
+        args = (0, kdata, model.kernel_model(), spare.views, *args[4:])
+    loss = hogwild.train_epoch(order, n_threads, *args, spare=spare)
+    assert loss == pytest.approx(serial, rel=1e-9)
 
 
 def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch):

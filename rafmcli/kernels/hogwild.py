@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels.claims import next_block
 from rafmcli.kernels.forward import (
     FAST,
     LINE_FLOATS,
@@ -255,8 +256,9 @@ def _make_trainer(method):
     """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
     @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
     def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
-                   hot_ids, merge_rows):
-        """Visit rows order[lo:hi], updating the model after each; return the summed loss.
+                   hot_ids, merge_rows, claims):
+        """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
+        workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
 
         With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
         by slot), the hot features' parameters and the bias are stepped in a private replica
@@ -291,112 +293,117 @@ def _make_trainer(method):
         touched = np.empty(hot_ids.shape[0], dtype=np.int32)
         n_touched = 0
         loss = 0.0
-        for pos in range(lo, hi):
-            if pos > lo and (pos - lo) % merge_rows == 0:
-                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
-                for k in range(n_touched):
-                    dirty[touched[k]] = False
-                n_touched = 0
-            j = (pos - lo) % CHUNK_ROWS
-            if j == 0:
-                stop = min(pos + CHUNK_ROWS, hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
-            if pos + PREFETCH_AHEAD < stop:
-                ahead = j + PREFETCH_AHEAD
-                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
-            a, b = ptr[j], ptr[j + 1]
-            lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
-            pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
-                                            Q, R, B, hot, stride, Vh)
-            y_hat = lin + pair
-            if task == TASK_REGRESSION:
-                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                g = y_hat - lab[j]
-                loss += g * g
-            else:
-                y = 1.0 if lab[j] > 0 else -1.0
-                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
-                e = np.exp(-abs(z))
-                loss += max(z, 0.0) + np.log1p(e)
-                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
-            lr_step = lr
-            lr_dep = lr_dep_base
-            if method == ADAM:
-                t = step0 + pos + 1
-                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                lr_step = lr * corr
-                lr_dep = lr_dep_base * corr
-            # gradient coefficients (module notes); a row has no level above row_top,
-            # so d_p = 0 for p >= row_top
-            g_lin = g
-            for p in range(m):
-                a_free[p] = g
-            if nested and row_top > 0:
-                for p in range(row_top):
-                    if task == TASK_REGRESSION:
-                        d[p] = B[p] - B[p + 1]
-                    else:
-                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
-                if variant == PAPER:
-                    for p in range(row_top):
-                        a_dep[p] = d[p]
-                        b_dep[p] = 0.0
-                elif variant == AUTHORS:
-                    lr_dep = lr_step
-                    for p in range(row_top):
-                        a_dep[p] = dep_weight * d[p]
-                        b_dep[p] = g
-                        g_lin += dep_weight * d[p]
+        visited = 0  # rows this worker has visited (a merge every merge_rows of them)
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False)
+        while block_lo < block_hi:
+            for pos in range(block_lo, block_hi):
+                if visited > 0 and visited % merge_rows == 0:
+                    merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+                    for k in range(n_touched):
+                        dirty[touched[k]] = False
+                    n_touched = 0
+                visited += 1
+                j = (pos - block_lo) % CHUNK_ROWS
+                if j == 0:
+                    stop = min(pos + CHUNK_ROWS, block_hi)
+                    gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
+                if pos + PREFETCH_AHEAD < stop:
+                    ahead = j + PREFETCH_AHEAD
+                    prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
+                a, b = ptr[j], ptr[j + 1]
+                lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
+                pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
+                                                Q, R, B, hot, stride, Vh)
+                y_hat = lin + pair
+                if task == TASK_REGRESSION:
+                    y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
+                    g = y_hat - lab[j]
+                    loss += g * g
                 else:
-                    lr_dep = lr_step
-                    tail = 0.0  # Sum_{q >= p} d[q]
-                    for p in range(row_top, -1, -1):
-                        a_free[p] = g + dep_weight * tail
-                        if p < row_top:
+                    y = 1.0 if lab[j] > 0 else -1.0
+                    z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
+                    e = np.exp(-abs(z))
+                    loss += max(z, 0.0) + np.log1p(e)
+                    g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
+                lr_step = lr
+                lr_dep = lr_dep_base
+                if method == ADAM:
+                    t = step0 + pos + 1
+                    corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+                    lr_step = lr * corr
+                    lr_dep = lr_dep_base * corr
+                # gradient coefficients (module notes); a row has no level above row_top,
+                # so d_p = 0 for p >= row_top
+                g_lin = g
+                for p in range(m):
+                    a_free[p] = g
+                if nested and row_top > 0:
+                    for p in range(row_top):
+                        if task == TASK_REGRESSION:
+                            d[p] = B[p] - B[p + 1]
+                        else:
+                            d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
+                    if variant == PAPER:
+                        for p in range(row_top):
+                            a_dep[p] = d[p]
+                            b_dep[p] = 0.0
+                    elif variant == AUTHORS:
+                        lr_dep = lr_step
+                        for p in range(row_top):
                             a_dep[p] = dep_weight * d[p]
-                            b_dep[p] = g + dep_weight * (tail - d[p])
-                        if p > 0:
-                            tail += d[p - 1]
-            # bias and linear weights
-            _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
-                  method, beta1, beta2, eps)
-            lr_linear = lr_step * hyper[H_LINEAR_ON]
-            for k in range(a, b):
-                i = idx[k]
-                x = val[k] if has_values else np.float32(1.0)
-                top = top_level(lev, i, m)
-                hs = hot[i]
-                if hs >= 0:
-                    if not dirty[hs]:
-                        dirty[hs] = True
-                        touched[n_touched] = hs
-                        n_touched += 1
-                    _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
-                          beta1, beta2, eps)
-                else:
-                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                          beta1, beta2, eps)
-                for l in range(top + 1):
-                    width = np.uint64(widths[l])
-                    so = np.uint64(soff[l])
-                    # calls on fixed arrays, not on one chosen array (assigning an array costs two
-                    # atomic reference-count operations), and cb = 0 a constant where it is
-                    if hs >= 0:
-                        start = np.uint64(hs) * np.uint64(stride) + so
-                        if nested and l < top:
-                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                        else:
-                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                            b_dep[p] = g
+                            g_lin += dep_weight * d[p]
                     else:
-                        start = row_start(offsets, widths, l, i)
-                        if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        lr_dep = lr_step
+                        tail = 0.0  # Sum_{q >= p} d[q]
+                        for p in range(row_top, -1, -1):
+                            a_free[p] = g + dep_weight * tail
+                            if p < row_top:
+                                a_dep[p] = dep_weight * d[p]
+                                b_dep[p] = g + dep_weight * (tail - d[p])
+                            if p > 0:
+                                tail += d[p - 1]
+                # bias and linear weights
+                _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
+                      method, beta1, beta2, eps)
+                lr_linear = lr_step * hyper[H_LINEAR_ON]
+                for k in range(a, b):
+                    i = idx[k]
+                    x = val[k] if has_values else np.float32(1.0)
+                    top = top_level(lev, i, m)
+                    hs = hot[i]
+                    if hs >= 0:
+                        if not dirty[hs]:
+                            dirty[hs] = True
+                            touched[n_touched] = hs
+                            n_touched += 1
+                        _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
+                              beta1, beta2, eps)
+                    else:
+                        _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                              beta1, beta2, eps)
+                    for l in range(top + 1):
+                        width = np.uint64(widths[l])
+                        so = np.uint64(soff[l])
+                        # calls on fixed arrays, not on one chosen array (assigning an array costs two
+                        # atomic reference-count operations), and cb = 0 a constant where it is
+                        if hs >= 0:
+                            start = np.uint64(hs) * np.uint64(stride) + so
+                            if nested and l < top:
+                                _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                              x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                            else:
+                                _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
+                                              x, reg_v[l], lr_step, method, beta1, beta2, eps)
                         else:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                            start = row_start(offsets, widths, l, i)
+                            if nested and l < top:
+                                _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                              x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                            else:
+                                _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                                              x, reg_v[l], lr_step, method, beta1, beta2, eps)
+            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True)
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 
@@ -451,8 +458,9 @@ def spare_rows(model, state, n_threads):
 
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
                 spare=None, merge_rows=MERGE_ROWS):
-    """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`),
-    each on its own slice of ``order``; returns the summed loss.
+    """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`)
+    that claim blocks of ``order`` as they go (kernels/claims.py: a slow core takes fewer);
+    returns the summed loss.
 
     Features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of this epoch's first
     HOT_SAMPLE rows are hot (at most MAX_HOT); each worker steps them in its
@@ -465,19 +473,20 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     n_features = model[4].shape[0]
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
+    claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)
     if spare is None and model[1].shape[0] == 1:  # one level, too large for spare rows: plain Hogwild
         unused = no_replicas()  # but each worker's bias is its own, merged every merge_rows rows
-        replicas = (unused[0], unused[1], unused[2], 0, n_threads, merge_rows)
+        replicas = (unused[0], unused[1], unused[2], 0, n_threads, merge_rows, claims)
         return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
                                 task, nested, variant, replicas, threads=n_threads)))
     hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
     hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
-        replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows)
+        replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows, claims)
         losses = spread(_TRAINERS[method], order.shape[0], order, step0, data, spare_model, spare.state,
                         hyper, reg_v, task, nested, variant, replicas, threads=n_threads)
     else:
         losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
-                        task, nested, variant, hot, hot_ids, merge_rows, threads=n_threads)
+                        task, nested, variant, hot, hot_ids, merge_rows, claims, threads=n_threads)
     return float(sum(losses))

@@ -9,9 +9,11 @@ unchanged. Every ``merge_rows`` rows it adds its change since the last merge
 (copy - base) to the shared row and takes the sum back (:func:`merge`):
 Hogwild's delayed updates, batched. The bias is copied and merged the same way.
 
-``replicas`` = (bits, slot, hot_ids, n_features, n_threads, merge_rows): the
+``replicas`` = (bits, slot, hot_ids, n_features, n_threads, merge_rows, claims): the
 hot features as a bit set (1/8 byte a feature: it stays in cache), the slot of
-each feature, the features by slot; :func:`none` for the serial loop.
+each feature, the features by slot, and the counter from which the workers claim
+blocks of rows (kernels/claims.py; empty: each visits its own range); :func:`none`
+for the serial loop.
 """
 
 import numpy as np
@@ -22,7 +24,7 @@ from numba import njit
 def none():
     """``replicas`` of the serial loop: no hot features, one merge (the bias) at the end."""
     return (np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), 0, 1,
-            1 << 62)
+            1 << 62, np.empty(0, dtype=np.int64))
 
 
 @njit(cache=True)

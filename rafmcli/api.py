@@ -266,9 +266,10 @@ class _FMEstimator:
         reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
         opts = table.Options(task=self._task, ranks=ranks,
                              reg_factors=reg if ranks is None else table.per_level(reg, len(ranks)), **given)
-        for name in ("iters", "threads"):
-            if int(getattr(opts, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(opts, name)}")
+        if int(opts.iters) < 1:
+            raise ValueError(f"iters must be at least 1, not {opts.iters}")
+        if int(opts.threads) < 0:
+            raise ValueError(f"threads must be 0 (every available core) or more, not {opts.threads}")
         if not opts.learn_rate > 0:
             raise ValueError(f"learn_rate must be positive, not {opts.learn_rate}")
         return opts

@@ -35,7 +35,7 @@ class Options:
     bias: bool = True
     linear: bool = True
     seed: int = 1
-    threads: int = 1
+    threads: int = 0  # 0: every available core (threads.for_work: fewer on small data)
     early_stop: int = 5
     metric: str | None = None  # validation metric for early stopping; None: rmse (r) / logloss (c)
     holdout: float = 0.1

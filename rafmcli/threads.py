@@ -29,6 +29,13 @@ def available_cores():
         return max(1, os.cpu_count() or 1)
 
 
+def for_work(requested, work, per_thread):
+    """The threads a training run uses: ``requested`` (0: every available core), but at most
+    one per ``per_thread`` units of ``work`` (rows, non-zeros; below that a thread's start
+    and merges cost more than it saves) and at least 1."""
+    return max(1, min(requested or available_cores(), work // per_thread))
+
+
 def _executor(workers):
     from concurrent.futures import ThreadPoolExecutor
 

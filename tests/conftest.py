@@ -42,3 +42,14 @@ def _private_cache(tmp_path_factory, monkeypatch):
 def sample():
     """Path of a shipped sample file, e.g. sample('regression.train')."""
     return lambda name: os.path.join(SAMPLES, name + ".libfm")
+
+
+@pytest.fixture
+def threads_on_small_data(monkeypatch):
+    """Training uses every thread it is given, however few the rows (rafmcli.threads.for_work
+    would give a small test set one): for tests of the threaded paths themselves."""
+    from rafmcli.solvers import coordinate, implicit, sgd
+
+    monkeypatch.setattr(sgd.Training, "MIN_ROWS_PER_THREAD", 1)
+    monkeypatch.setattr(implicit.ImplicitTraining, "MIN_ROWS_PER_THREAD", 1)
+    monkeypatch.setattr(coordinate, "MIN_NONZEROS_PER_THREAD", 1)

@@ -491,7 +491,7 @@ def test_dependent_vectors_get_prior_means_of_their_own():
         assert result.priors.mu_v.shape[0] == rows, (method, model, extra)
 
 
-def test_threads_give_the_same_chain_bit_for_bit():
+def test_threads_give_the_same_chain_bit_for_bit(threads_on_small_data):
     """Features of one colour share no row, draws are keyed by parameter: 1 and 3 threads agree."""
     rng = np.random.default_rng(5)
     rows = [[(int(u), 1.0), (100 + int(i), 1.0), (200 + int(c), 0.5)]
@@ -505,3 +505,19 @@ def test_threads_give_the_same_chain_bit_for_bit():
     assert np.array_equal(models[0][0].V, models[1][0].V)
     assert np.array_equal(models[0][0].w, models[1][0].w)
     assert np.array_equal(models[0][1], models[1][1])
+
+
+def test_small_data_samples_on_one_thread(monkeypatch):
+    """ALS and MCMC use at most one thread per MIN_NONZEROS_PER_THREAD non-zeros: every core
+    (0) on 1,800 non-zeros is one thread; with the minimum lowered, the cores."""
+    from rafmcli import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 3)
+    rng = np.random.default_rng(2)
+    data = dataset([[(int(u), 1.0), (50 + int(i), 1.0), (90 + int(c), 0.5)]
+                    for u, i, c in zip(rng.integers(0, 50, 600), rng.integers(0, 40, 600), rng.integers(0, 5, 600))],
+                   rng.normal(3, 1, 600))
+    opts = Options(task="r", model="fm", ranks=(4,), method="mcmc", threads=0)
+    assert C.coordinate_threads(opts, data) == 1
+    monkeypatch.setattr(C, "MIN_NONZEROS_PER_THREAD", 600)
+    assert C.coordinate_threads(opts, data) == 3

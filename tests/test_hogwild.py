@@ -262,7 +262,7 @@ def test_workers_claim_every_row_once(planted, kind, ranks, path, n_threads, n_r
     assert loss == pytest.approx(serial, rel=1e-9)
 
 
-def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch):
+def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch, threads_on_small_data):
     """FM whose factors exceed SPARE_MAX_BYTES trains plain Hogwild with the serial row loop:
     no spare arrays, and two threads learn as well as one, log loss too (each worker's bias is
     its own copy, merged every few rows: merged once an epoch it overshot)."""
@@ -306,7 +306,7 @@ def test_spare_rows_only_for_small_fm_models():
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])
-def test_threads_learn_as_well_as_one(planted, kind, ranks, method):
+def test_threads_learn_as_well_as_one(planted, kind, ranks, method, threads_on_small_data):
     """2 and 3 threads learn as well as one: test AUC at most 0.015 below one thread's (Hogwild is
     not deterministic: with two free cores the spread between runs is about 0.01), all far above chance."""
     train_set, test_set = planted
@@ -321,3 +321,37 @@ def test_threads_learn_as_well_as_one(planted, kind, ranks, method):
         aucs.append(evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])["auc"])
     assert min(aucs) > 0.75, aucs
     assert min(aucs[1:]) > aucs[0] - 0.015, aucs
+
+
+def test_threads_for_work(monkeypatch):
+    """0 asks for every available core; never more threads than the work has ``per_thread``
+    units for; always at least one."""
+    from rafmcli import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
+    assert threads.for_work(0, 100_000, 16_384) == 4
+    assert threads.for_work(0, 40_000, 16_384) == 2
+    assert threads.for_work(0, 100, 16_384) == 1
+    assert threads.for_work(3, 10**9, 1) == 3
+    assert threads.for_work(8, 0, 10) == 1
+
+
+def test_small_data_trains_on_one_thread_whatever_is_asked(planted, monkeypatch):
+    """8,000 rows are too few for a second Hogwild thread: asked for two (or every core), SGD
+    trains the serial model bit for bit; with the per-thread minimum lowered, two threads run."""
+    from rafmcli import threads
+    from rafmcli.solvers.sgd import Training
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    train_set = planted[0]
+    models = []
+    for n in (1, 2, 0):
+        opts = Options(task="c", model="fm", ranks=(4,), method="adagrad", iters=3, threads=n, early_stop=0,
+                       holdout=0.0)
+        assert Training(train_set, opts).opts.threads == 1
+        models.append(train(train_set, opts, progress=False, quiet=True)[0])
+    for model in models[1:]:
+        np.testing.assert_array_equal(model.V, models[0].V)
+        np.testing.assert_array_equal(model.w, models[0].w)
+    monkeypatch.setattr(Training, "MIN_ROWS_PER_THREAD", 4_000)
+    assert Training(train_set, opts).opts.threads == 2

@@ -632,7 +632,8 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
     from rafmcli.model import files as model_files
 
     root, users, items = planted
-    common = ["--model", "fm", "--dim", "4", "--eval-group", "1", "--iter", "3", "--seed", "2"]
+    common = ["--model", "fm", "--dim", "4", "--eval-group", "1", "--iter", "3", "--seed", "2",
+              "--threads", "1"]  # bit for bit: one thread (more would be Hogwild)
     for name, flag in (("cli.rafm", ["--no-regular-negatives"]), ("default.rafm", [])):
         result = run(["train", "--task", "implicit", "--train", str(root / "train.libfm"), "--validation",
                       str(root / "valid.libfm"), "--meta", str(root / "meta.txt"), "--save-model",
@@ -641,7 +642,7 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
     X, _ = api.read_data(root / "train.libfm", sparse=False)
     X_valid, _ = api.read_data(root / "valid.libfm", sparse=False)
     groups = [0] * users + [1] * items
-    est = api.FMImplicit(groups=groups, model="fm", ranks=4, eval_group=1, iters=3, seed=2,
+    est = api.FMImplicit(groups=groups, model="fm", ranks=4, eval_group=1, iters=3, seed=2, threads=1,
                          regular_negatives=False).fit(X, eval_set=X_valid)
     cli = model_files.load(str(tmp_path / "cli.rafm"))
     assert np.array_equal(est.model_.V, cli.V) and np.array_equal(est.model_.w, cli.w)
@@ -735,7 +736,8 @@ def test_libffm_fields_are_the_groups(planted, tmp_path):
     root, users, _ = planted
     for name in ("train", "valid"):
         to_libffm(root / f"{name}.libfm", tmp_path / f"{name}.ffm", users)
-    common = ["--task", "implicit", "--dim", "4", "--eval-group", "1", "--iter", "3", "--quiet"]
+    # the same model: one thread (more would be Hogwild)
+    common = ["--threads", "1", "--task", "implicit", "--dim", "4", "--eval-group", "1", "--iter", "3", "--quiet"]
     for kind, extra in (("implicit", []), ("als", ["--task", "r", "--method", "als", "--regular", "0,1,2,3,4"])):
         opts = common if kind == "implicit" else extra + ["--dim", "4", "--iter", "2", "--quiet"]
         svm = run(["train", "--train", str(root / "train.libfm"), "--validation", str(root / "valid.libfm"),

@@ -247,7 +247,7 @@ def test_reproducible_with_one_thread(sample, tmp_path):
     assert outs[0] != outs[2]
 
 
-def test_hogwild_threads_learn(sample):
+def test_hogwild_threads_learn(sample, threads_on_small_data):
     tr, va = read_dataset(sample("classification.train")), read_dataset(sample("classification.validation"))
     assert learns(tr, va, Options(task="c", model="fm", ranks=(8,), iters=10, threads=2, early_stop=0))
 

@@ -240,8 +240,9 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
 @click.option("--seed", type=SEED, default=D.seed, show_default=True,
               help="Random seed (initialisation, row order, hold-out), any 64-bit integer (a negative s is s+2^64); "
                    "--threads 1 is bit-for-bit reproducible.")
-@click.option("--threads", type=click.IntRange(1), default=D.threads, show_default=True,
-              help="Training threads (lock-free Hogwild SGD over rows when > 1).")
+@click.option("--threads", type=click.IntRange(0), default=D.threads, show_default=True,
+              help="Training threads, 0: every available core; fewer on small data, where they would not "
+                   "pay. More than one: lock-free Hogwild SGD, not bit-for-bit reproducible.")
 @click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
               help="Stop after this many epochs without a better validation --metric; 0: never.")
 @click.option("--metric", type=click.Choice(METRICS),

@@ -7,7 +7,7 @@ early stopping and the best epoch are :class:`rafmcli.solvers.sgd.Training`'s.
 """
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from rafmcli.model.vocabulary import build_vocabulary, rng_streams, training_noi
 from rafmcli.options import per_level
 from rafmcli.predict import kernel_rows
 from rafmcli.solvers.sgd import METHODS, VARIANTS, Log, Training, feature_levels, hyper_vector, optimizer_state
+from rafmcli.threads import for_work
 
 LOSSES = ranking.LOSSES
 REDRAWS = 20  # --reject-positives: a negative that is a training row is drawn again up to this often
@@ -39,8 +40,10 @@ class ImplicitTraining(Training):
     :class:`rafmcli.solvers.sgd.Training`, with Feat2Vec epochs, sampled and
     ranking validation metrics, and the model's group values."""
 
+    MIN_ROWS_PER_THREAD = 2_000  # each positive row scores 1 + negatives rows: threads pay sooner
+
     def __init__(self, data, groups, opts, validation=None, levels_override=None):
-        self.opts = opts
+        self.opts = opts = replace(opts, threads=for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD))
         self.rng = np.random.default_rng(opts.seed)
         levels = feature_levels(data, opts.ranks, levels_override)
         model = self.model = build(opts.model, "implicit", opts.ranks, data.feature_ids, levels, opts.init_stdev,

@@ -18,6 +18,7 @@ from rafmcli.levels import assign_levels
 from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_START, per_level
 from rafmcli.predict import kernel_rows, predict_rows
+from rafmcli.threads import for_work
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "sgda": K.SGD}  # sgda: solvers/sgda.py
 VARIANTS = {"paper": K.PAPER, "authors": K.AUTHORS, "cascade": K.CASCADE}
@@ -122,8 +123,10 @@ class Training:
     resume it in another process. ``result()`` restores the best epoch.
     """
 
+    MIN_ROWS_PER_THREAD = 16_384  # Hogwild threads pay from about this many rows each (README)
+
     def __init__(self, data, opts, validation=None, levels_override=None, groups=None, init=None, rows_of=None):
-        self.opts = opts
+        self.opts = opts = replace(opts, threads=for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD))
         self.rng = np.random.default_rng(opts.seed)
         levels = feature_levels(data, opts.ranks, levels_override)
         labels = np.asarray(data.labels, dtype=np.float64)

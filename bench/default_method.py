@@ -46,7 +46,7 @@ def run(name, model, method, seed, folder):
     pred, saved = os.path.join(folder, "p"), os.path.join(folder, "m.rafm")
     command = [sys.executable, "-m", "rafmcli", "train", "--task", task, "--train", paths["train"], "--test",
                paths["test"], "--out", pred, "--save-model", saved, "--seed", str(seed), "--quiet",
-               "--model", model]
+               "--model", model, "--threads", "1"]
     if "validation" in paths:
         command += ["--validation", paths["validation"]]
     if method != "adagrad":

@@ -105,7 +105,7 @@ def convert(ids_only=False):
 
 
 BASE = {"task": "implicit", "method": "adagrad", "iters": 60, "early_stop": 5, "init_stdev": 0.05,
-        "eval_group": ITEM_GROUP, "top_k": K}
+        "eval_group": ITEM_GROUP, "top_k": K, "threads": 1}  # one thread: every figure reproducible
 LOGISTIC = {"loss": "logistic", "reject_positives": False, "eval_share": 0.0}  # Feat2Vec's own form
 CONFIGS = {
     "fm-uniform": {"model": "fm", "ranks": (32,), "negative_groups": (ITEM_GROUP,), "alpha2": 0.0,
@@ -254,7 +254,7 @@ def throughput(data, seed=1):
 
     out = []
     for model, ranks in (("fm", (32,)), ("rafm", (8, 32))):
-        opts = Options(task="c", model=model, ranks=ranks, iters=4, holdout=0, seed=seed)
+        opts = Options(task="c", model=model, ranks=ranks, iters=4, holdout=0, seed=seed, threads=1)
         _, history = train_explicit(data["train"], opts, progress=False, quiet=True)
         explicit = data["train"].n_rows / np.median([h["seconds"] for h in history[1:]])
         name = f"{model}-default"

@@ -33,7 +33,7 @@ def run(task, name, args, seed, folder):
     pred, saved = os.path.join(folder, "p"), os.path.join(folder, "m.rafm")
     command = [sys.executable, "-m", "rafmcli", "train", "--task", task, "--train", base + ".train.libfm",
                "--validation", base + ".validation.libfm", "--test", base + ".test.libfm", "--out", pred,
-               "--save-model", saved, "--seed", str(seed), "--quiet", *args]
+               "--save-model", saved, "--seed", str(seed), "--quiet", "--threads", "1", *args]
     subprocess.run(command, check=True)
     labels = read_dataset(base + ".test.libfm").labels
     model = files.load(saved)

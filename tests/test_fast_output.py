@@ -3,6 +3,9 @@ C's %.9g for any float, NaN is never written, and unseen features are
 counted in O(non-zeros) exactly as a plain count does."""
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -125,6 +128,39 @@ def test_predicting_by_original_id_is_predicting_mapped_rows(monkeypatch, kind, 
             np.testing.assert_array_equal(got.values, want)
             assert (got.unseen, got.unseen_distinct) == rows[3:]
             assert rows[3] > 0 and rows[4] < rows[3]
+
+
+GROWING_ROWS = r"""
+import numpy as np
+from rafmcli import predict as P, threads
+from rafmcli.io.reader import Dataset
+from rafmcli.kernels import forward as F
+from rafmcli.model.layout import build
+
+F.SMALL_PREDICTION, F.PREDICTION_CHUNKS = 0, 40
+rng = np.random.default_rng(3)
+known = rng.choice(900, 300, replace=False)
+model = build("rafm", "c", (2, 6), known, rng.integers(1, 3, 300), 0.3, rng, 0.1, (0, 1))
+lengths = 1 + np.arange(400) // 10  # each chunk's rows longer than the last's
+indptr = np.concatenate([[0], np.cumsum(lengths)])
+indices = rng.integers(0, 1000, indptr[-1]).astype(np.int32)
+data = Dataset("d", np.zeros(400), indptr, indices, rng.random(indptr[-1]).astype(np.float32),
+               np.zeros(0, np.int32), np.zeros(0))
+want = P.margin_rows(model, P.kernel_rows(model, data))
+for n in (1, 2):
+    threads.set_default(n)
+    np.testing.assert_array_equal(P._by_id(model, data, True).values, want)
+print("ok")
+"""
+
+
+def test_prediction_buffers_grow_with_the_rows_of_later_chunks(tmp_path):
+    """A worker claims chunks one at a time, and a later chunk may hold longer rows than any
+    before: its row buffers grow. Run with numba's bounds checks on (a fresh process and
+    kernel cache), so that a buffer too small is an IndexError, not a silent write past its end."""
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    result = subprocess.run([sys.executable, "-c", GROWING_ROWS], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
 def test_ids_too_sparse_for_a_table_are_predicted_through_mapped_rows():

@@ -1,4 +1,4 @@
-"""Hogwild workers claim blocks of an epoch's rows from one shared counter.
+"""Workers claim blocks of their work (an epoch's rows, prediction chunks) from one shared counter.
 
 A static split (worker t visits rows t n / T .. (t + 1) n / T) makes every
 epoch wait for the slowest core: measured on the fields set, one worker often
@@ -31,13 +31,14 @@ def fetch_increment(typingctx, counter):
 
 
 @njit(cache=True, inline="always")
-def next_block(claims, lo, hi, n, done):
-    """The rows a worker visits next, (start, stop) with start == stop when there are none left.
+def next_block(claims, lo, hi, n, done, size):
+    """The items (rows, chunks) a worker visits next, (start, stop) with start == stop when
+    there are none left.
 
     Empty ``claims``: the worker's own range lo..hi, once (``done`` says whether it was
-    given). Otherwise the next unclaimed block of BLOCK_ROWS of the epoch's ``n`` rows.
+    given). Otherwise the next unclaimed block of ``size`` of the ``n`` items.
     """
     if claims.shape[0] == 0:
         return (hi, hi) if done else (lo, hi)
-    start = min(fetch_increment(claims) * BLOCK_ROWS, n)
-    return start, min(start + BLOCK_ROWS, n)
+    start = min(fetch_increment(claims) * size, n)
+    return start, min(start + size, n)

@@ -26,6 +26,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rafmcli.kernels.claims import next_block
+
 # Reassociation lets reductions vectorise while NaN and inf keep their meaning;
 # error_model="numpy" (no ZeroDivisionError check) lets divisions vectorise.
 FAST = {"reassoc", "contract", "nsz", "arcp"}
@@ -211,23 +213,29 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
     threads.spread(_predict_chunks, n_chunks, n_chunks, indptr, indices, values, lev, widths, offsets, V, w,
-                   float(w0), nested, out, threads=1 if n < SMALL_PREDICTION else n_threads)
+                   float(w0), nested, out, np.zeros(1, dtype=np.int64),
+                   threads=1 if n < SMALL_PREDICTION else n_threads)
     return out
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
-def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offsets, V, w, w0, nested, out):
-    """out[r] for the rows of chunks lo..hi-1 of ``n_chunks`` (:func:`predict_scores`)."""
+def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offsets, V, w, w0, nested, out,
+                    claims):
+    """out[r] for the rows of the chunks (of ``n_chunks``) this worker claims from ``claims``
+    one at a time (kernels/claims.py: a busy core takes fewer; empty: chunks lo..hi-1)."""
     n = indptr.shape[0] - 1
     soff, S, T, Q, R, B = row_scratch(widths)
-    for c in range(lo, hi):
-        stop = (c + 1) * n // n_chunks
-        for r in range(c * n // n_chunks, stop):
-            if r + 1 < stop:
-                prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, V[:0], w, w[:0])
-            a, b = indptr[r], indptr[r + 1]
-            pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
-            out[r] = w0 + linear_part(a, b, indices, values, w) + pair
+    c_lo, c_hi = next_block(claims, lo, hi, n_chunks, False, 1)
+    while c_lo < c_hi:
+        for c in range(c_lo, c_hi):
+            stop = (c + 1) * n // n_chunks
+            for r in range(c * n // n_chunks, stop):
+                if r + 1 < stop:
+                    prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, V[:0], w, w[:0])
+                a, b = indptr[r], indptr[r + 1]
+                pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
+                out[r] = w0 + linear_part(a, b, indices, values, w) + pair
+        c_lo, c_hi = next_block(claims, lo, hi, n_chunks, True, 1)
 
 
 UNSEEN = -1  # an id table's entry for an id the model never saw
@@ -246,7 +254,7 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
     misses = threads.spread(_predict_chunks_by_id, n_chunks, n_chunks, indptr, ids, values, table, lev, widths,
-                            offsets, V, w, float(w0), nested, out,
+                            offsets, V, w, float(w0), nested, out, np.zeros(1, dtype=np.int64),
                             threads=1 if n < SMALL_PREDICTION else n_threads)
     return out, sum(misses)
 
@@ -274,20 +282,42 @@ BY_ID_AHEAD = 2  # rows mapped (and their factors prefetched) ahead of the row p
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
 def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested,
-                          out):
-    """out[r] for the rows of chunks lo..hi-1 (:func:`predict_scores_by_id`); returns the
-    unseen entries. Pipelined: the table entries of row r + BY_ID_AHEAD + 1 are prefetched,
-    row r + BY_ID_AHEAD is mapped into a ring of BY_ID_AHEAD + 1 row buffers and its factors
-    prefetched, then row r is predicted from its buffer with :func:`predict_scores`'s row kernels."""
+                          out, claims):
+    """out[r] for the rows of the chunks this worker claims from ``claims`` one at a time
+    (:func:`predict_scores_by_id`; empty ``claims``: chunks lo..hi-1); returns the unseen entries."""
     n = indptr.shape[0] - 1
     soff, S, T, Q, R, B = row_scratch(widths)
-    first, stop = lo * n // n_chunks, hi * n // n_chunks
-    longest = 0
-    for r in range(first, stop):
-        longest = max(longest, indptr[r + 1] - indptr[r])
     slots = BY_ID_AHEAD + 1
-    idx = np.empty(slots * longest, dtype=np.int32)
-    val = np.empty(slots * longest if values.shape[0] else 0, dtype=np.float32)
+    longest = 0  # room of each of the ring's row buffers
+    idx = np.empty(0, dtype=np.int32)
+    val = np.empty(0, dtype=np.float32)
+    unseen = 0
+    c_lo, c_hi = next_block(claims, lo, hi, n_chunks, False, 1)
+    while c_lo < c_hi:
+        first, stop = c_lo * n // n_chunks, c_hi * n // n_chunks
+        need = 0
+        for r in range(first, stop):
+            need = max(need, indptr[r + 1] - indptr[r])
+        if need > longest:
+            longest = need
+            idx = np.empty(slots * longest, dtype=np.int32)
+            val = np.empty(slots * longest if values.shape[0] else 0, dtype=np.float32)
+        used = _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested,
+                                   out, soff, S, T, Q, R, B, idx, val, longest)
+        unseen += indptr[stop] - indptr[first] - used
+        c_lo, c_hi = next_block(claims, lo, hi, n_chunks, True, 1)
+    return unseen
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested, out,
+                        soff, S, T, Q, R, B, idx, val, longest):
+    """out[r] for rows first..stop-1 (:func:`predict_scores_by_id`); returns the entries kept.
+    Pipelined: the table entries of row r + BY_ID_AHEAD + 1 are prefetched, row r + BY_ID_AHEAD
+    is mapped into a ring of BY_ID_AHEAD + 1 row buffers of ``longest`` entries (``idx``,
+    ``val``) and its factors prefetched, then row r is predicted from its buffer with
+    :func:`predict_scores`'s row kernels."""
+    slots = BY_ID_AHEAD + 1
     ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
     for r in range(first, min(first + BY_ID_AHEAD, stop)):
         at = (r - first) % slots * longest
@@ -307,4 +337,4 @@ def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, wid
         pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
         out[r] = w0 + linear_part(a, b, idx, val, w) + pair
         used += b - a
-    return indptr[stop] - indptr[first] - used
+    return used

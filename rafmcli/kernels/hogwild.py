@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from rafmcli.kernels.claims import next_block
+from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
     LINE_FLOATS,
@@ -294,7 +294,7 @@ def _make_trainer(method):
         n_touched = 0
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
-        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False)
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
         while block_lo < block_hi:
             for pos in range(block_lo, block_hi):
                 if visited > 0 and visited % merge_rows == 0:
@@ -403,7 +403,7 @@ def _make_trainer(method):
                             else:
                                 _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
                                               x, reg_v[l], lr_step, method, beta1, beta2, eps)
-            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True)
+            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 

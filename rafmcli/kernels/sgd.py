@@ -33,7 +33,7 @@ arguments (numba freezes globals).
 import numpy as np
 from numba import njit
 
-from rafmcli.kernels.claims import next_block
+from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
     linear_part,
@@ -264,7 +264,7 @@ def _make_trainers(method):
         lab = np.empty(CHUNK_ROWS)
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
-        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False)
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
         while block_lo < block_hi:
             for pos in range(block_lo, block_hi):
                 if visited > 0 and visited % merge_rows == 0:
@@ -327,7 +327,7 @@ def _make_trainers(method):
                         else:
                             _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
                                           x, reg_v[l], lr_step, method, beta1, beta2, eps)
-            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True)
+            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
         merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 

@@ -63,11 +63,12 @@ def tuned(name, model, seed, trials, method, threads, folder, verbose, extra=())
 
 
 def defaults(name, model, seed, folder, verbose):
-    """`rafm train --model MODEL` with no hyper-parameter option: (test metric, parameters, ranks)."""
+    """`rafm train --model MODEL` with no hyper-parameter option, on one thread (reproducible, as
+    tune's trials): (test metric, parameters, ranks)."""
     files, task = datasets.paths(name), datasets.SETS[name]
     pred, saved = os.path.join(folder, "default.pred"), os.path.join(folder, "default.rafm")
     rafm(["train", "--task", task, "--train", files["train"], "--model", model, "--seed", str(seed),
-          "--test", files["test"], "--out", pred, "--save-model", saved, "--quiet"], verbose)
+          "--test", files["test"], "--out", pred, "--save-model", saved, "--quiet", "--threads", "1"], verbose)
     from rafmcli.model import files as model_files
 
     saved_model = model_files.load(saved)

@@ -21,12 +21,31 @@ def set_default(n):
 _POOL_LOCK = threading.Lock()
 
 
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"  # a cgroup v2 CPU quota: "QUOTA PERIOD" or "max PERIOD"
+_CORES = {}
+
+
 def available_cores():
-    """Cores this process may run on (its CPU affinity), at least 1."""
+    """Cores this process may run on: its CPU affinity, but no more than its cgroup's CPU
+    quota allows (a container limited to 2 CPUs on a 64-core host: 2); at least 1."""
+    if "n" not in _CORES:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            n = os.cpu_count() or 1
+        _CORES["n"] = max(1, min(n, quota_cpus(CGROUP_CPU_MAX) or n))
+    return _CORES["n"]
+
+
+def quota_cpus(path):
+    """The CPUs a cgroup v2 ``cpu.max`` file allows (quota / period, rounded up); None when
+    it sets no quota or cannot be read."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        with open(path) as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        return None
 
 
 def for_work(requested, work, per_thread):

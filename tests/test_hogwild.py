@@ -262,6 +262,28 @@ def test_workers_claim_every_row_once(planted, kind, ranks, path, n_threads, n_r
     assert loss == pytest.approx(serial, rel=1e-9)
 
 
+def test_a_worker_claims_blocks_beyond_its_own_range(planted):
+    """With a claims counter a worker given rows [0, n/2) still visits every row of ``order``
+    (the learning rate 0: its loss is the serial epoch's) in blocks of BLOCK_ROWS: the counter
+    ends one past the last block, the claim that found nothing."""
+    from rafmcli.kernels.claims import BLOCK_ROWS
+
+    data = planted[0]
+    rng, model, kdata, state = fm_with_rows(data, "adagrad", 7)
+    hyper = hyper_vector(Options(task="c", model="fm", ranks=(8,), method="adagrad"), model)
+    hyper[K.H_LR] = hyper[K.H_LR_DEP] = 0.0
+    order = rng.permutation(data.n_rows).astype(np.int64)
+    common = (hyper, np.full(1, 0.01), K.TASK_CLASSIFICATION, True, VARIANTS["paper"])
+    serial = K.train_epoch(order, 0, kdata, model.kernel_model(), state, *common, METHODS["adagrad"])
+    replicas = K.no_replicas()
+    claims = np.zeros(1, np.int64)
+    n = order.shape[0]
+    loss = K._TRAINERS[METHODS["adagrad"]](0, n // 2, order, 0, kdata, model.kernel_model(), state, *common,
+                                           replicas[:6] + (claims,))
+    assert loss == pytest.approx(serial, rel=1e-12)
+    assert claims[0] == -(-n // BLOCK_ROWS) + 1
+
+
 def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch, threads_on_small_data):
     """FM whose factors exceed SPARE_MAX_BYTES trains plain Hogwild with the serial row loop:
     no spare arrays, and two threads learn as well as one, log loss too (each worker's bias is
@@ -338,7 +360,8 @@ def test_threads_for_work(monkeypatch):
 
 def test_small_data_trains_on_one_thread_whatever_is_asked(planted, monkeypatch):
     """8,000 rows are too few for a second Hogwild thread: asked for two (or every core), SGD
-    trains the serial model bit for bit; with the per-thread minimum lowered, two threads run."""
+    trains the serial model bit for bit, and the model records what was asked; with the
+    per-thread minimum lowered, two threads run."""
     from rafmcli import threads
     from rafmcli.solvers.sgd import Training
 
@@ -348,10 +371,23 @@ def test_small_data_trains_on_one_thread_whatever_is_asked(planted, monkeypatch)
     for n in (1, 2, 0):
         opts = Options(task="c", model="fm", ranks=(4,), method="adagrad", iters=3, threads=n, early_stop=0,
                        holdout=0.0)
-        assert Training(train_set, opts).opts.threads == 1
+        assert Training(train_set, opts).n_threads == 1
         models.append(train(train_set, opts, progress=False, quiet=True)[0])
+        assert models[-1].info["options"]["threads"] == n  # as asked: a refit elsewhere asks the same
     for model in models[1:]:
         np.testing.assert_array_equal(model.V, models[0].V)
         np.testing.assert_array_equal(model.w, models[0].w)
     monkeypatch.setattr(Training, "MIN_ROWS_PER_THREAD", 4_000)
-    assert Training(train_set, opts).opts.threads == 2
+    assert Training(train_set, opts).n_threads == 2
+
+
+def test_a_cgroup_cpu_quota_bounds_the_cores(tmp_path):
+    """A container's cgroup v2 quota caps the default thread count: 150000/100000 is 2 CPUs,
+    "max" and an unreadable or damaged file set no bound."""
+    from rafmcli import threads
+
+    cases = {"150000 100000\n": 2, "100000 100000\n": 1, "1000 100000\n": 1, "max 100000\n": None, "junk\n": None}
+    for text, cpus in cases.items():
+        (tmp_path / "cpu.max").write_text(text)
+        assert threads.quota_cpus(str(tmp_path / "cpu.max")) == cpus, text
+    assert threads.quota_cpus(str(tmp_path / "missing")) is None

@@ -211,8 +211,8 @@ def train_command(opts, settings, train_file, validation, holdout):
             words += ["--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
         if opts.model == "rafm" and len(opts.ranks) > 1:
             words += ["--dependent-weight", f"{opts.dependent_weight:g}"]
-    else:
-        words += ["--learn-rate", f"{opts.learn_rate:g}",
+    else:  # one thread: more would be Hogwild (ALS and MCMC give the same chain on any number)
+        words += ["--threads", "1", "--learn-rate", f"{opts.learn_rate:g}",
                   "--regular", f"{opts.reg_bias:g},{opts.reg_linear:g},{opts.reg_factors[0]:g}"]
         if opts.model == "rafm" and len(opts.ranks) > 1:
             words += ["--variant", opts.variant]

@@ -33,7 +33,7 @@ One loop serves both; ALS is MCMC without the draws (libFM TIST 2012, Sec. 4):
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -427,12 +427,11 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     from rafmcli.kernels import coordinate as K
     from rafmcli.kernels.forward import predict_scores
 
-    opts = replace(opts, threads=coordinate_threads(opts, data))
     sampling = opts.method == "mcmc"
     probit = opts.task == "c"
     threads_before = numba.get_num_threads()
     numba.set_num_threads(1)  # the forward pass: one OpenMP thread (spinning ones would slow the workers)
-    workers = Workers(opts.threads)
+    workers = Workers(coordinate_threads(opts, data))
     try:
         problem = prepare(data, opts, groups, levels_override, use_cache, None if quiet else echo)
         return _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K,
@@ -451,7 +450,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     priors = fixed_priors(reg, model.widths, dep_row)
     n = labels.shape[0]
     distilled = len(model.widths) - 1 if model.nested and opts.dependent_weight > 0 else 0
-    scratch = Scratch.for_rows(n, opts.threads, longest=int(np.diff(problem.csc[0]).max(initial=1)),
+    scratch = Scratch.for_rows(n, workers.threads, longest=int(np.diff(problem.csc[0]).max(initial=1)),
                                distilled_levels=distilled)
     e = scratch.e
     lev = model.kernel_model()[0]

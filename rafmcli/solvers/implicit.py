@@ -7,7 +7,7 @@ early stopping and the best epoch are :class:`rafmcli.solvers.sgd.Training`'s.
 """
 
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import numpy as np
 
@@ -43,7 +43,8 @@ class ImplicitTraining(Training):
     MIN_ROWS_PER_THREAD = 2_000  # each positive row scores 1 + negatives rows: threads pay sooner
 
     def __init__(self, data, groups, opts, validation=None, levels_override=None):
-        self.opts = opts = replace(opts, threads=for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD))
+        self.opts = opts
+        self.n_threads = for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD)  # the threads used
         self.rng = np.random.default_rng(opts.seed)
         levels = feature_levels(data, opts.ranks, levels_override)
         model = self.model = build(opts.model, "implicit", opts.ranks, data.feature_ids, levels, opts.init_stdev,
@@ -90,11 +91,11 @@ class ImplicitTraining(Training):
     def train_epoch(self, order, epoch):
         """Every positive of ``order`` with its negatives; returns the mean loss per positive."""
         opts, n = self.opts, self.n_rows
-        streams = rng_streams((opts.seed, epoch), opts.threads)
+        streams = rng_streams((opts.seed, epoch), self.n_threads)
         args = ((epoch - 1) * n, self.row_values, self.vocab_k, self.noise.kernel_tuple(), self.kmodel, self.state,
                 self.hyper, self.reg_v, self.conf, streams, METHODS[opts.method])
-        if opts.threads > 1:
-            loss = K.train_epoch_hogwild(order, opts.threads, *args)
+        if self.n_threads > 1:
+            loss = K.train_epoch_hogwild(order, self.n_threads, *args)
         else:
             loss = K.train_epoch(order, *args)
         self.model.w0 = float(self.kmodel[5][0])

@@ -126,7 +126,8 @@ class Training:
     MIN_ROWS_PER_THREAD = 16_384  # Hogwild threads pay from about this many rows each (README)
 
     def __init__(self, data, opts, validation=None, levels_override=None, groups=None, init=None, rows_of=None):
-        self.opts = opts = replace(opts, threads=for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD))
+        self.opts = opts
+        self.n_threads = for_work(opts.threads, data.n_rows, self.MIN_ROWS_PER_THREAD)  # the threads used
         self.rng = np.random.default_rng(opts.seed)
         levels = feature_levels(data, opts.ranks, levels_override)
         labels = np.asarray(data.labels, dtype=np.float64)
@@ -168,10 +169,10 @@ class Training:
             self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.spare = None  # FM on several threads: arrays with room for the workers' replicas
-        if self.opts.threads > 1 and self.opts.method != "sgda":
+        if self.n_threads > 1 and self.opts.method != "sgda":
             from rafmcli.kernels.hogwild import spare_rows
 
-            self.spare = spare_rows(self.model, self.state, self.opts.threads)
+            self.spare = spare_rows(self.model, self.state, self.n_threads)
             if self.spare is not None:
                 self.state = self.spare.views
                 self.model.state = None  # its arrays were copied; result() makes it anew
@@ -250,8 +251,8 @@ class Training:
                 model.nested, VARIANTS[opts.variant], METHODS[opts.method])
         if self.adaptive is not None:
             loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
-        elif opts.threads > 1:
-            loss = K.train_epoch_hogwild(order, opts.threads, *args, spare=self.spare)
+        elif self.n_threads > 1:
+            loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare)
         else:
             loss = K.train_epoch(order, *args)
         model.w0 = float(self.kmodel[5][0])

@@ -11,8 +11,10 @@ cached kernel load (numba's own initialisation), and drawing ``--features``
 x 64 float32 factors with the model builder against numpy's float64 normals
 cast to float32 (what rafm did before), with the peak memory and CPU time of
 each (sys: the kernel faulting fresh pages in; on a virtual machine the host
-may back them only at first touch), and rafm's draws again into the same,
-already touched memory. Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` is
+may back them only at first touch), rafm's draws again into the same,
+already touched memory, and rafm's draws into 4 KiB pages (``NUMPY_MADVISE_HUGEPAGE=0``:
+numpy then asks for no transparent huge pages, whose first touch costs more on this VM
+but which train faster). Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` is
 dropped), as in an installed package.
 ``--baseline DIR`` runs the same with another rafm checkout side by side.
 """
@@ -113,9 +115,13 @@ def main(repeats, features, baseline):
             for key in loads[0]:
                 r["in-process: " + key] = ([d[key] for d in loads], None)
             if name == "rafm":
-                for how in ("rafm", "numpy float64"):
+                for how in ("rafm", "rafm, 4 KiB pages", "numpy float64"):
+                    # numpy asks for transparent huge pages (2 MiB) for large arrays; without them
+                    # (NUMPY_MADVISE_HUGEPAGE=0) first touch costs less here but training runs slower
+                    init_env = dict(env, NUMPY_MADVISE_HUGEPAGE="0") if "4 KiB" in how else env
                     inits = [json.loads(timed([sys.executable, "-c", INIT, str(features),
-                                               how.split()[0]], env)[2]) for _ in range(max(1, repeats // 2))]
+                                               how.split()[0].rstrip(",")], init_env)[2])
+                             for _ in range(max(1, repeats // 2))]
                     r[f"init {features:,} x 64: {how}"] = ([d["seconds"] for d in inits],
                                                           [d["peak"] for d in inits])
                     r[f"  CPU user: {how}"] = ([d["user"] for d in inits], None)

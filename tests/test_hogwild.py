@@ -11,6 +11,7 @@ from rafmcli.io.reader import read_dataset
 from rafmcli.kernels import hogwild
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.claims import fetch_increment
+from rafmcli.kernels.replicas import Replicas
 from rafmcli.metrics import evaluate
 from rafmcli.model.layout import build
 from rafmcli.options import Options
@@ -162,8 +163,8 @@ def test_each_worker_has_its_own_replica_rows():
     for items in range(1, 41):
         for n_threads in range(1, 13):
             n = max(1, min(n_threads, items))  # spread's count
-            replicas = (np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1,
-                        np.empty(0, np.int64))
+            replicas = Replicas(np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32),
+                                100, n, 1, np.empty(0, np.int64))
             bounds = threads.range_bounds(items, n)
             firsts = [R.first_row(lo, items, replicas) for lo in bounds[:-1]]
             assert firsts == [100 + t * n_hot for t in range(n)], (items, n_threads)
@@ -187,7 +188,7 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
             state = spare.views
             hot, hot_ids, bits = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
                                                       hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
-            replicas = (bits, hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64))  # no claims: own ranges
+            replicas = Replicas(bits, hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64))  # no claims: own ranges
             kmodel = (*spare.model, model.kernel_model()[5])
             train = K._TRAINERS[METHODS[method]]
             train(0, a, order, 0, kdata, kmodel, spare.state, *common, replicas)
@@ -279,7 +280,7 @@ def test_a_worker_claims_blocks_beyond_its_own_range(planted):
     claims = np.zeros(1, np.int64)
     n = order.shape[0]
     loss = K._TRAINERS[METHODS["adagrad"]](0, n // 2, order, 0, kdata, model.kernel_model(), state, *common,
-                                           replicas[:6] + (claims,))
+                                           replicas._replace(claims=claims))
     assert loss == pytest.approx(serial, rel=1e-12)
     assert claims[0] == -(-n // BLOCK_ROWS) + 1
 

@@ -39,6 +39,7 @@ from rafmcli.kernels.forward import (
     sigmoid,
     top_level,
 )
+from rafmcli.kernels.replicas import Replicas
 from rafmcli.kernels.sgd import (
     _TRAINERS,
     ADAGRAD,
@@ -476,14 +477,14 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)
     if spare is None and model[1].shape[0] == 1:  # one level, too large for spare rows: plain Hogwild
         unused = no_replicas()  # but each worker's bias is its own, merged every merge_rows rows
-        replicas = (unused[0], unused[1], unused[2], 0, n_threads, merge_rows, claims)
+        replicas = unused._replace(n_threads=n_threads, merge_rows=merge_rows, claims=claims)
         return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
                                 task, nested, variant, replicas, threads=n_threads)))
     hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
     hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
-        replicas = (bits, hot, hot_ids, n_features, n_threads, merge_rows, claims)
+        replicas = Replicas(bits, hot, hot_ids, n_features, n_threads, merge_rows, claims)
         losses = spread(_TRAINERS[method], order.shape[0], order, step0, data, spare_model, spare.state,
                         hyper, reg_v, task, nested, variant, replicas, threads=n_threads)
     else:

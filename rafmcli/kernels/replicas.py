@@ -9,29 +9,40 @@ unchanged. Every ``merge_rows`` rows it adds its change since the last merge
 (copy - base) to the shared row and takes the sum back (:func:`merge`):
 Hogwild's delayed updates, batched. The bias is copied and merged the same way.
 
-``replicas`` = (bits, slot, hot_ids, n_features, n_threads, merge_rows, claims): the
-hot features as a bit set (1/8 byte a feature: it stays in cache), the slot of
-each feature, the features by slot, and the counter from which the workers claim
-blocks of rows (kernels/claims.py; empty: each visits its own range); :func:`none`
-for the serial loop.
+A worker's hot features and share of the work are a :class:`Replicas`; :func:`none`
+gives the serial loop's.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 
+class Replicas(NamedTuple):
+    """What a Hogwild worker of kernels.sgd's row loop copies, and how it shares the work."""
+
+    bits: np.ndarray     # the hot features as a bit set (1/8 byte a feature: it stays in cache)
+    slot: np.ndarray     # each feature's slot among the hot ones (-1: not hot)
+    hot_ids: np.ndarray  # the hot features by slot
+    n_features: int      # the model's own rows; the workers' copies follow them
+    n_threads: int
+    merge_rows: int      # rows between a worker's merges
+    claims: np.ndarray   # the counter of claimed blocks of rows (kernels/claims.py; empty: own range)
+
+
 @njit(cache=True)
 def none():
     """``replicas`` of the serial loop: no hot features, one merge (the bias) at the end."""
-    return (np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), 0, 1,
-            1 << 62, np.empty(0, dtype=np.int64))
+    return Replicas(np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), 0, 1,
+                    1 << 62, np.empty(0, dtype=np.int64))
 
 
 @njit(cache=True)
 def first_row(lo, items, replicas):
     """The row of slot 0 of the worker whose range starts at ``lo`` (worker t's range starts at
     t * items // n_threads: threads.range_bounds, pinned by tests/test_hogwild.py)."""
-    hot_ids, n_features, n_threads = replicas[2], replicas[3], replicas[4]
+    hot_ids, n_features, n_threads = replicas.hot_ids, replicas.n_features, replicas.n_threads
     t = 0
     while t * items // n_threads < lo:
         t += 1

@@ -241,7 +241,8 @@ def _make_trainers(method):
         indptr, indices, values, labels = data
         lev, widths, offsets, V, w, _ = model
         accV1, accV2, accw1, accw2, _ = state
-        bits, slot, hot_ids, merge_rows, claims = replicas[0], replicas[1], replicas[2], replicas[5], replicas[6]
+        bits, slot, hot_ids, claims = replicas.bits, replicas.slot, replicas.hot_ids, replicas.claims
+        merge_rows = replicas.merge_rows
         first = replicas_first_row(lo, order.shape[0], replicas)
         base = open_copies(hot_ids, first, model, state)
         w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies

@@ -1,4 +1,5 @@
-"""Workers claim blocks of their work (an epoch's rows, prediction chunks) from one shared counter.
+"""Workers claim blocks of their work (an epoch's rows or positives, prediction chunks) from one
+shared counter.
 
 A static split (worker t visits rows t n / T .. (t + 1) n / T) makes every
 epoch wait for the slowest core: measured on the fields set, one worker often

@@ -73,15 +73,21 @@ def range_bounds(items, n):
     return [t * items // n for t in range(n + 1)]
 
 
+def resolved(threads=None):
+    """The threads :func:`spread` runs on when given ``threads`` (None: :func:`set_default`'s,
+    else every available core), before it caps them by the items."""
+    return threads or _DEFAULT["threads"] or available_cores()
+
+
 def spread(kernel, items, *args, threads=None):
     """``kernel(lo, hi, *args)`` over contiguous ranges covering ``range(items)``,
     one range per thread (``threads``, default :func:`set_default`'s or every available core, at most
     ``items``); the calling thread runs the first range itself.
 
     ``kernel`` must release the GIL (``nogil=True``) and write only what its
-    range owns. Returns the ranges' results in order.
+    range owns (or what it claims: kernels/claims.py). Returns the ranges' results in order.
     """
-    n = max(1, min(threads or _DEFAULT["threads"] or available_cores(), items))
+    n = max(1, min(resolved(threads), items))
     bounds = range_bounds(items, n)
     if n == 1:
         return [kernel(0, items, *args)]

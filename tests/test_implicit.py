@@ -177,36 +177,45 @@ def kernel_gradient(model, vocab, row_values, noise, conf, order, forced=None, r
     return state[4][0], state[2].astype(np.float64), state[0].astype(np.float64)
 
 
-def test_a_worker_claims_blocks_of_positives_beyond_its_own_range():
-    """With a claims counter the implicit worker given positives [0, n/2) visits every positive of
-    ``order`` in blocks of BLOCK_ROWS, in order: its summed gradients (forced negatives) are the
-    serial epoch's bit for bit, and the counter ends one past the last block."""
+@pytest.mark.parametrize("method", [KS.GRADIENT, KS.ADAM])
+def test_a_worker_claims_blocks_of_positives_beyond_its_own_range(method):
+    """With a claims counter the implicit worker given positives [n/2, n) visits every positive of
+    ``order`` in blocks of BLOCK_ROWS, in order, and counts order[pos] as optimizer step
+    step0 + pos + 1: its summed gradients (GRADIENT), or its Adam-trained model, equal the
+    serial epoch's bit for bit (forced negatives); the counter ends one past the last block."""
     from rafmcli.kernels.claims import BLOCK_ROWS
 
-    model, vocab, row_values = tiny("rafm", (2, 3), seed=5)
-    noise = noise_tables(vocab, 0.75, 0.5)
-    rng = np.random.default_rng(1)
-    order = rng.integers(0, row_values.shape[0], 1300).astype(np.int64)
-    g, K = 2, 3
-    lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
-    forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
-                       for r in order], dtype=np.int64)
-    conf = config(K, KI.SOFTMAX, True, model.nested, KS.CASCADE)
-    sums = []
+    runs = []
     for claims in (None, np.zeros(1, np.int64)):
+        model, vocab, row_values = tiny("rafm", (2, 3), seed=5)
+        noise = noise_tables(vocab, 0.75, 0.5)
+        order = np.random.default_rng(1).integers(0, row_values.shape[0], 1300).astype(np.int64)
+        g, K = 2, 3
+        lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
+        forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
+                           for r in order], dtype=np.int64)
+        conf = config(K, KI.SOFTMAX, True, model.nested, KS.CASCADE)
+        hyper = hyper_vector()
+        if method == KS.ADAM:
+            hyper[KS.H_LR] = hyper[KS.H_LR_DEP] = 0.01
+            hyper[KS.H_BETA1], hyper[KS.H_BETA2], hyper[KS.H_EPS] = 0.9, 0.999, 1e-8
         lev, widths, offsets, V, w, w0 = model.kernel_model()
-        state = (np.zeros_like(V), np.zeros(0, np.float32), np.zeros_like(w), np.zeros(0, np.float32), np.zeros(2))
+        two = method == KS.ADAM
+        state = (np.zeros_like(V), np.zeros_like(V) if two else np.zeros(0, np.float32), np.zeros_like(w),
+                 np.zeros_like(w) if two else np.zeros(0, np.float32), np.zeros(2))
         args = (row_values, (vocab.ptr, vocab.feat, vocab.x), noise.kernel_tuple(), (lev, widths, offsets, V, w, w0),
-                state, hyper_vector(), np.full(2, 0.1), conf, rng_streams(0, 1))
+                state, hyper, np.full(2, 0.1), conf, rng_streams(0, 1))
+        step0 = 7
         if claims is None:
-            KI.train_epoch(order, 0, *args, KS.GRADIENT, forced)
+            KI.train_epoch(order, step0, *args, method, forced)
         else:
-            KI._TRAINERS[KS.GRADIENT](order, 0, order.shape[0] // 2, 0, *args, 0, forced, claims)
-            assert claims[0] == -(-order.shape[0] // BLOCK_ROWS) + 1
-        sums.append(state)
-    for a, b in zip(*sums):
+            n = order.shape[0]
+            KI._TRAINERS[method](order, n // 2, n, step0, *args, 0, forced, claims)
+            assert claims[0] == -(-n // BLOCK_ROWS) + 1
+        runs.append((V, w, w0, *state))
+    for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
-    assert np.abs(sums[0][0]).sum() > 0
+    assert np.abs(runs[0][3]).sum() > 0  # the state moved: the epoch did something
 
 
 def config(K, loss, nce, nested, variant, regular_negatives=True):

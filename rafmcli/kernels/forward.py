@@ -18,6 +18,8 @@ of RaFM is B_{1,m}. DiFacto's pairwise part is Sum_l A_{l,l} over its blocks.
 Cost per row: Sum_l widths[l] n(F_l) (Corollary 4), never the pair loop.
 
 Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
+numba caches a kernel keyed by its own file only: after editing kernels/claims.py
+(inlined here), clear ``__pycache__``.
 """
 
 import numpy as np
@@ -201,21 +203,29 @@ def linear_part(a, b, indices, values, w):
 
 
 SMALL_PREDICTION = 1 << 14  # rows predicted on the calling thread alone (waking threads costs more)
-PREDICTION_CHUNKS = 512  # row ranges a prediction is cut into, spread over the threads
+PREDICTION_CHUNKS = 512  # row ranges a prediction is cut into, claimed by the threads one at a time
 
 
 def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested, n_threads=None):
-    """Raw scores w0 + Sum w_i x_i + pairwise part for every row: ranges of rows on
+    """Raw scores w0 + Sum w_i x_i + pairwise part for every row: chunks of rows claimed by
     ``n_threads`` threads (default: every available core; one below SMALL_PREDICTION rows)."""
     from rafmcli import threads
 
     n = indptr.shape[0] - 1
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
+    workers = 1 if n < SMALL_PREDICTION else n_threads
     threads.spread(_predict_chunks, n_chunks, n_chunks, indptr, indices, values, lev, widths, offsets, V, w,
-                   float(w0), nested, out, np.zeros(1, dtype=np.int64),
-                   threads=1 if n < SMALL_PREDICTION else n_threads)
+                   float(w0), nested, out, _claims(workers), threads=workers)
     return out
+
+
+def _claims(workers):
+    """The counter the prediction workers claim chunks from (kernels/claims.py); empty for one
+    thread, which then predicts its range in order without an atomic a chunk."""
+    from rafmcli import threads
+
+    return np.zeros(1 if threads.resolved(workers) > 1 else 0, dtype=np.int64)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
@@ -253,9 +263,9 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
     n = indptr.shape[0] - 1
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
+    workers = 1 if n < SMALL_PREDICTION else n_threads
     misses = threads.spread(_predict_chunks_by_id, n_chunks, n_chunks, indptr, ids, values, table, lev, widths,
-                            offsets, V, w, float(w0), nested, out, np.zeros(1, dtype=np.int64),
-                            threads=1 if n < SMALL_PREDICTION else n_threads)
+                            offsets, V, w, float(w0), nested, out, _claims(workers), threads=workers)
     return out, sum(misses)
 
 

@@ -35,8 +35,8 @@ count; a genre, which nearly every item has, up to K+1 times per positive
 while its gradients over the rows that share it cancel).
 
 numba caches this file's kernels keyed by this file only: after editing
-kernels/sgd.py, forward.py or sampling.py, clear ``__pycache__`` (the tests
-compile into a cache named after all sources).
+kernels/sgd.py, forward.py, sampling.py or claims.py, clear ``__pycache__`` (the
+tests compile into a cache named after all sources).
 """
 
 import numpy as np

@@ -296,115 +296,118 @@ def _make_trainer(method):
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
         block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        while block_lo < block_hi:
-            for pos in range(block_lo, block_hi):
-                if visited > 0 and visited % merge_rows == 0:
-                    merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
-                    for k in range(n_touched):
-                        dirty[touched[k]] = False
-                    n_touched = 0
-                visited += 1
-                j = (pos - block_lo) % CHUNK_ROWS
-                if j == 0:
-                    stop = min(pos + CHUNK_ROWS, block_hi)
-                    gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
-                if pos + PREFETCH_AHEAD < stop:
-                    ahead = j + PREFETCH_AHEAD
-                    prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
-                a, b = ptr[j], ptr[j + 1]
-                lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
-                pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
-                                                Q, R, B, hot, stride, Vh)
-                y_hat = lin + pair
-                if task == TASK_REGRESSION:
-                    y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                    g = y_hat - lab[j]
-                    loss += g * g
-                else:
-                    y = 1.0 if lab[j] > 0 else -1.0
-                    z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
-                    e = np.exp(-abs(z))
-                    loss += max(z, 0.0) + np.log1p(e)
-                    g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
-                lr_step = lr
-                lr_dep = lr_dep_base
-                if method == ADAM:
-                    t = step0 + pos + 1
-                    corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                    lr_step = lr * corr
-                    lr_dep = lr_dep_base * corr
-                # gradient coefficients (module notes); a row has no level above row_top,
-                # so d_p = 0 for p >= row_top
-                g_lin = g
-                for p in range(m):
-                    a_free[p] = g
-                if nested and row_top > 0:
+        pos = block_lo
+        while pos < block_hi:
+            if visited > 0 and visited % merge_rows == 0:
+                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+                for k in range(n_touched):
+                    dirty[touched[k]] = False
+                n_touched = 0
+            visited += 1
+            j = (pos - block_lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, block_hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
+            if pos + PREFETCH_AHEAD < stop:
+                ahead = j + PREFETCH_AHEAD
+                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
+            a, b = ptr[j], ptr[j + 1]
+            lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
+            pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
+                                            Q, R, B, hot, stride, Vh)
+            y_hat = lin + pair
+            if task == TASK_REGRESSION:
+                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
+                g = y_hat - lab[j]
+                loss += g * g
+            else:
+                y = 1.0 if lab[j] > 0 else -1.0
+                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
+                e = np.exp(-abs(z))
+                loss += max(z, 0.0) + np.log1p(e)
+                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
+            lr_step = lr
+            lr_dep = lr_dep_base
+            if method == ADAM:
+                t = step0 + pos + 1
+                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+                lr_step = lr * corr
+                lr_dep = lr_dep_base * corr
+            # gradient coefficients (module notes); a row has no level above row_top,
+            # so d_p = 0 for p >= row_top
+            g_lin = g
+            for p in range(m):
+                a_free[p] = g
+            if nested and row_top > 0:
+                for p in range(row_top):
+                    if task == TASK_REGRESSION:
+                        d[p] = B[p] - B[p + 1]
+                    else:
+                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
+                if variant == PAPER:
                     for p in range(row_top):
-                        if task == TASK_REGRESSION:
-                            d[p] = B[p] - B[p + 1]
-                        else:
-                            d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
-                    if variant == PAPER:
-                        for p in range(row_top):
-                            a_dep[p] = d[p]
-                            b_dep[p] = 0.0
-                    elif variant == AUTHORS:
-                        lr_dep = lr_step
-                        for p in range(row_top):
+                        a_dep[p] = d[p]
+                        b_dep[p] = 0.0
+                elif variant == AUTHORS:
+                    lr_dep = lr_step
+                    for p in range(row_top):
+                        a_dep[p] = dep_weight * d[p]
+                        b_dep[p] = g
+                        g_lin += dep_weight * d[p]
+                else:
+                    lr_dep = lr_step
+                    tail = 0.0  # Sum_{q >= p} d[q]
+                    for p in range(row_top, -1, -1):
+                        a_free[p] = g + dep_weight * tail
+                        if p < row_top:
                             a_dep[p] = dep_weight * d[p]
-                            b_dep[p] = g
-                            g_lin += dep_weight * d[p]
-                    else:
-                        lr_dep = lr_step
-                        tail = 0.0  # Sum_{q >= p} d[q]
-                        for p in range(row_top, -1, -1):
-                            a_free[p] = g + dep_weight * tail
-                            if p < row_top:
-                                a_dep[p] = dep_weight * d[p]
-                                b_dep[p] = g + dep_weight * (tail - d[p])
-                            if p > 0:
-                                tail += d[p - 1]
-                # bias and linear weights
-                _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
-                      method, beta1, beta2, eps)
-                lr_linear = lr_step * hyper[H_LINEAR_ON]
-                for k in range(a, b):
-                    i = idx[k]
-                    x = val[k] if has_values else np.float32(1.0)
-                    top = top_level(lev, i, m)
-                    hs = hot[i]
+                            b_dep[p] = g + dep_weight * (tail - d[p])
+                        if p > 0:
+                            tail += d[p - 1]
+            # bias and linear weights
+            _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
+                  method, beta1, beta2, eps)
+            lr_linear = lr_step * hyper[H_LINEAR_ON]
+            for k in range(a, b):
+                i = idx[k]
+                x = val[k] if has_values else np.float32(1.0)
+                top = top_level(lev, i, m)
+                hs = hot[i]
+                if hs >= 0:
+                    if not dirty[hs]:
+                        dirty[hs] = True
+                        touched[n_touched] = hs
+                        n_touched += 1
+                    _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
+                          beta1, beta2, eps)
+                else:
+                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                          beta1, beta2, eps)
+                for l in range(top + 1):
+                    width = np.uint64(widths[l])
+                    so = np.uint64(soff[l])
+                    # calls on fixed arrays, not on one chosen array (assigning an array costs two
+                    # atomic reference-count operations), and cb = 0 a constant where it is
                     if hs >= 0:
-                        if not dirty[hs]:
-                            dirty[hs] = True
-                            touched[n_touched] = hs
-                            n_touched += 1
-                        _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
-                              beta1, beta2, eps)
-                    else:
-                        _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                              beta1, beta2, eps)
-                    for l in range(top + 1):
-                        width = np.uint64(widths[l])
-                        so = np.uint64(soff[l])
-                        # calls on fixed arrays, not on one chosen array (assigning an array costs two
-                        # atomic reference-count operations), and cb = 0 a constant where it is
-                        if hs >= 0:
-                            start = np.uint64(hs) * np.uint64(stride) + so
-                            if nested and l < top:
-                                _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                              x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                            else:
-                                _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
-                                              x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                        start = np.uint64(hs) * np.uint64(stride) + so
+                        if nested and l < top:
+                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
                         else:
-                            start = row_start(offsets, widths, l, i)
-                            if nested and l < top:
-                                _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                              x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                            else:
-                                _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
-                                              x, reg_v[l], lr_step, method, beta1, beta2, eps)
-            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
+                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                    else:
+                        start = row_start(offsets, widths, l, i)
+                        if nested and l < top:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        else:
+                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+            pos += 1
+            if pos == block_hi:  # the block is done: claim the next
+                block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+                pos = block_lo
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 

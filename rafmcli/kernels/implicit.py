@@ -209,113 +209,116 @@ def _make_trainers(method):
         lr, lr_dep_base, dep_weight = hyper[H_LR], hyper[H_LR_DEP], hyper[H_DEP_WEIGHT]
         loss = 0.0
         block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        while block_lo < block_hi:
-            for pos in range(block_lo, block_hi):
-                r = order[pos]
-                if forced.shape[0]:
-                    g = forced[pos, 0]
-                    for j in range(K + 1):
-                        vals[j] = forced[pos, j + 1]
-                else:
-                    g = draw_alias(0, G, group_prob, group_alias, rng, t)
-                    draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals,
-                                rng, t)
-                # the context's sums, then each row's
-                S[:W] = 0.0
-                T[:W] = 0.0
-                Q[:m] = 0.0
-                R[:m] = 0.0
-                lin_ctx = w0[0]
-                for h in range(G):
-                    if h != g:
-                        u = row_values[r, h]
-                        add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
-                                 S, T, 0, Q, R, 0)
-                        lin_ctx += linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
+        pos = block_lo
+        while pos < block_hi:
+            r = order[pos]
+            if forced.shape[0]:
+                g = forced[pos, 0]
                 for j in range(K + 1):
-                    so, qo = (j + 1) * W, (j + 1) * m
-                    S[so:so + W] = S[:W]
-                    T[so:so + W] = T[:W]
-                    Q[qo:qo + m] = Q[:m]
-                    R[qo:qo + m] = R[:m]
-                    u = vals[j]
-                    add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
-                             S, T, so, Q, R, qo)
-                    lin[j] = lin_ctx + linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
-                    y[j] = lin[j] + pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, j * m, m - 1)
-                for j in range(K + 1):
-                    shift[j] = logq[vals[j]] + log_k if nce else 0.0
-                loss += row_gradients(y, shift, K, loss_kind, grad)
-                lr_step, lr_dep = lr, lr_dep_base
-                if method == ADAM:
-                    step = step0 + pos + 1
-                    corr = np.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
-                    lr_step, lr_dep = lr * corr, lr_dep_base * corr
-                if n_dep > 0 and variant != PAPER:
-                    lr_dep = lr_step
-                g_lin = 0.0
-                for j in range(K + 1):  # each row's coefficients, as the explicit kernel's
-                    distillation_terms(TASK_CLASSIFICATION, lin[j], B, j * m, n_dep, d)
-                    grad_lin[j] = level_coefficients(grad[j], d, n_dep, m, variant, dep_weight, a_free, a_dep,
-                                                     b_dep, j * m)
-                    g_lin += grad_lin[j]
-                # per-level sums over the rows for the context features
-                sum_free[:] = 0.0
-                sum_dep[:] = 0.0
-                for l in range(m):
-                    coef_free[l] = 0.0
-                    coef_dep[l] = 0.0
-                    for j in range(K + 1):
-                        af = np.float32(a_free[j * m + l])
-                        ad = np.float32(a_dep[j * m + l])
-                        bd = np.float32(b_dep[j * m + l])
-                        coef_free[l] += a_free[j * m + l]
-                        coef_dep[l] += a_dep[j * m + l]
-                        so = (j + 1) * W
-                        for f in range(soff[l], soff[l + 1]):
-                            s = S[so + f]
-                            sum_free[f] += af * s
-                            sum_dep[f] += ad * s + bd * (s - T[so + f])
-                _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
-                      method, beta1, beta2, eps)
-                lr_linear = lr_step * hyper[H_LINEAR_ON]
-                for h in range(G):
-                    if h == g:
-                        continue
+                    vals[j] = forced[pos, j + 1]
+            else:
+                g = draw_alias(0, G, group_prob, group_alias, rng, t)
+                draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals,
+                            rng, t)
+            # the context's sums, then each row's
+            S[:W] = 0.0
+            T[:W] = 0.0
+            Q[:m] = 0.0
+            R[:m] = 0.0
+            lin_ctx = w0[0]
+            for h in range(G):
+                if h != g:
                     u = row_values[r, h]
-                    for k in range(vptr[u], vptr[u + 1]):
-                        i = vfeat[k]
-                        x = vx[k]
-                        _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                              beta1, beta2, eps)
-                        top = top_level(lev, i, m)
-                        for l in range(top + 1):
-                            # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
-                            # cb = 0 and coef_l x in the place of x
-                            dependent = nested and l < top
-                            sums = sum_dep if dependent else sum_free
-                            coef = coef_dep[l] if dependent else coef_free[l]
-                            _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
-                                          sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
-                                          lr_dep if dependent else lr_step, method, beta1, beta2, eps)
+                    add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
+                             S, T, 0, Q, R, 0)
+                    lin_ctx += linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
+            for j in range(K + 1):
+                so, qo = (j + 1) * W, (j + 1) * m
+                S[so:so + W] = S[:W]
+                T[so:so + W] = T[:W]
+                Q[qo:qo + m] = Q[:m]
+                R[qo:qo + m] = R[:m]
+                u = vals[j]
+                add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
+                         S, T, so, Q, R, qo)
+                lin[j] = lin_ctx + linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
+                y[j] = lin[j] + pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, j * m, m - 1)
+            for j in range(K + 1):
+                shift[j] = logq[vals[j]] + log_k if nce else 0.0
+            loss += row_gradients(y, shift, K, loss_kind, grad)
+            lr_step, lr_dep = lr, lr_dep_base
+            if method == ADAM:
+                step = step0 + pos + 1
+                corr = np.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
+                lr_step, lr_dep = lr * corr, lr_dep_base * corr
+            if n_dep > 0 and variant != PAPER:
+                lr_dep = lr_step
+            g_lin = 0.0
+            for j in range(K + 1):  # each row's coefficients, as the explicit kernel's
+                distillation_terms(TASK_CLASSIFICATION, lin[j], B, j * m, n_dep, d)
+                grad_lin[j] = level_coefficients(grad[j], d, n_dep, m, variant, dep_weight, a_free, a_dep,
+                                                 b_dep, j * m)
+                g_lin += grad_lin[j]
+            # per-level sums over the rows for the context features
+            sum_free[:] = 0.0
+            sum_dep[:] = 0.0
+            for l in range(m):
+                coef_free[l] = 0.0
+                coef_dep[l] = 0.0
                 for j in range(K + 1):
-                    u = vals[j]
-                    observed = 1.0 if j == 0 else reg_negatives  # L2 in this row (module notes)
-                    for k in range(vptr[u], vptr[u + 1]):
-                        i = vfeat[k]
-                        x = vx[k]
-                        _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + observed * hyper[H_REG1] * w[i], lr_linear,
-                              method, beta1, beta2, eps)
-                        top = top_level(lev, i, m)
-                        for l in range(top + 1):
-                            c = j * m + l
-                            dependent = nested and l < top
-                            _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
-                                          S, T, np.uint64((j + 1) * W + soff[l]),
-                                          (a_dep[c] if dependent else a_free[c]) * x,
-                                          b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
-                                          lr_dep if dependent else lr_step, method, beta1, beta2, eps)
-            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+                    af = np.float32(a_free[j * m + l])
+                    ad = np.float32(a_dep[j * m + l])
+                    bd = np.float32(b_dep[j * m + l])
+                    coef_free[l] += a_free[j * m + l]
+                    coef_dep[l] += a_dep[j * m + l]
+                    so = (j + 1) * W
+                    for f in range(soff[l], soff[l + 1]):
+                        s = S[so + f]
+                        sum_free[f] += af * s
+                        sum_dep[f] += ad * s + bd * (s - T[so + f])
+            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+                  method, beta1, beta2, eps)
+            lr_linear = lr_step * hyper[H_LINEAR_ON]
+            for h in range(G):
+                if h == g:
+                    continue
+                u = row_values[r, h]
+                for k in range(vptr[u], vptr[u + 1]):
+                    i = vfeat[k]
+                    x = vx[k]
+                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                          beta1, beta2, eps)
+                    top = top_level(lev, i, m)
+                    for l in range(top + 1):
+                        # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
+                        # cb = 0 and coef_l x in the place of x
+                        dependent = nested and l < top
+                        sums = sum_dep if dependent else sum_free
+                        coef = coef_dep[l] if dependent else coef_free[l]
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                                      sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
+                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
+            for j in range(K + 1):
+                u = vals[j]
+                observed = 1.0 if j == 0 else reg_negatives  # L2 in this row (module notes)
+                for k in range(vptr[u], vptr[u + 1]):
+                    i = vfeat[k]
+                    x = vx[k]
+                    _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + observed * hyper[H_REG1] * w[i], lr_linear,
+                          method, beta1, beta2, eps)
+                    top = top_level(lev, i, m)
+                    for l in range(top + 1):
+                        c = j * m + l
+                        dependent = nested and l < top
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                                      S, T, np.uint64((j + 1) * W + soff[l]),
+                                      (a_dep[c] if dependent else a_free[c]) * x,
+                                      b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
+                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
+            pos += 1
+            if pos == block_hi:  # the block is done: claim the next
+                block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+                pos = block_lo
         return loss
 
     return train_positives

@@ -266,69 +266,71 @@ def _make_trainers(method):
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
         block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        while block_lo < block_hi:
-            for pos in range(block_lo, block_hi):
-                if visited > 0 and visited % merge_rows == 0:
-                    merge_copies(hot_ids, first, model, state, w0, acc0, base)
-                visited += 1
-                j = (pos - block_lo) % CHUNK_ROWS
-                if j == 0:
-                    stop = min(pos + CHUNK_ROWS, block_hi)
-                    gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot,
-                                first)
-                if pos + PREFETCH_AHEAD < stop:
-                    ahead = j + PREFETCH_AHEAD
-                    prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
-                a, b = ptr[j], ptr[j + 1]
-                lin = w0[0] + linear_part(a, b, idx, val, w)
-                pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,
-                                            R, B)
-                y_hat = lin + pair
-                if task == TASK_REGRESSION:
-                    y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                    g = y_hat - lab[j]
-                    loss += g * g
-                else:
-                    y = 1.0 if lab[j] > 0 else -1.0
-                    z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
-                    e = np.exp(-abs(z))
-                    loss += max(z, 0.0) + np.log1p(e)
-                    g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
-                lr_step = lr
-                lr_dep = lr_dep_base
-                if method == ADAM:
-                    t = step0 + pos + 1
-                    corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                    lr_step = lr * corr
-                    lr_dep = lr_dep_base * corr
-                # gradient coefficients (module notes); a row has no level above row_top,
-                # so d_p = 0 for p >= row_top
-                n_dep = row_top if nested else 0
-                distillation_terms(task, lin, B, 0, n_dep, d)
-                g_lin = level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep, 0)
-                if n_dep > 0 and variant != PAPER:
-                    lr_dep = lr_step
-                # bias and linear weights
-                _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
-                      method, beta1, beta2, eps)
-                lr_linear = lr_step * hyper[H_LINEAR_ON]
-                for k in range(a, b):
-                    i = idx[k]
-                    x = val[k] if has_values else np.float32(1.0)
-                    top = top_level(lev, i, m)
-                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                          beta1, beta2, eps)
-                    for l in range(top + 1):
-                        start = row_start(offsets, widths, l, i)
-                        width = np.uint64(widths[l])
-                        so = np.uint64(soff[l])
-                        if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x,
-                                          b_dep[l] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
-                        else:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
-            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+        pos = block_lo
+        while pos < block_hi:
+            if visited > 0 and visited % merge_rows == 0:
+                merge_copies(hot_ids, first, model, state, w0, acc0, base)
+            visited += 1
+            j = (pos - block_lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, block_hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first)
+            if pos + PREFETCH_AHEAD < stop:
+                ahead = j + PREFETCH_AHEAD
+                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
+            a, b = ptr[j], ptr[j + 1]
+            lin = w0[0] + linear_part(a, b, idx, val, w)
+            pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,
+                                        R, B)
+            y_hat = lin + pair
+            if task == TASK_REGRESSION:
+                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
+                g = y_hat - lab[j]
+                loss += g * g
+            else:
+                y = 1.0 if lab[j] > 0 else -1.0
+                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
+                e = np.exp(-abs(z))
+                loss += max(z, 0.0) + np.log1p(e)
+                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
+            lr_step = lr
+            lr_dep = lr_dep_base
+            if method == ADAM:
+                t = step0 + pos + 1
+                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+                lr_step = lr * corr
+                lr_dep = lr_dep_base * corr
+            # gradient coefficients (module notes); a row has no level above row_top,
+            # so d_p = 0 for p >= row_top
+            n_dep = row_top if nested else 0
+            distillation_terms(task, lin, B, 0, n_dep, d)
+            g_lin = level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep, 0)
+            if n_dep > 0 and variant != PAPER:
+                lr_dep = lr_step
+            # bias and linear weights
+            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+                  method, beta1, beta2, eps)
+            lr_linear = lr_step * hyper[H_LINEAR_ON]
+            for k in range(a, b):
+                i = idx[k]
+                x = val[k] if has_values else np.float32(1.0)
+                top = top_level(lev, i, m)
+                _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
+                      beta1, beta2, eps)
+                for l in range(top + 1):
+                    start = row_start(offsets, widths, l, i)
+                    width = np.uint64(widths[l])
+                    so = np.uint64(soff[l])
+                    if nested and l < top:
+                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x,
+                                      b_dep[l] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                    else:
+                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                                      x, reg_v[l], lr_step, method, beta1, beta2, eps)
+            pos += 1
+            if pos == block_hi:  # the block is done: claim the next
+                block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+                pos = block_lo
         merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 

@@ -9,8 +9,13 @@ rank-4 FM, so every row touches a few hundred hot feature rows: the case where
 lock-free threads fight over cache lines. ``clicks-1000000`` is bench_train.py's
 1M-row set (1M ids, Zipf, 10-20 a row). Each configuration trains ``--epochs``
 (fields: 50, the 1M set: 4) without validation and predicts the test rows, in
-``--repeats`` fresh processes run in turn (1 thread, 2 threads, 1 thread, ...),
-so that a busy machine slows both alike. The table gives the median run with
+``--repeats`` fresh processes run in turn (1 thread, 2 threads, two 1-thread
+processes at once, 1 thread, ...), so that a busy machine slows all alike. The
+pair (thr ``1+1``: their rows/s summed) is the ceiling this machine gives two cores
+on the same work at that moment: nothing is shared between the processes, so no
+threading scheme can do better, except by sharing one model's memory traffic.
+On a virtual machine whose cores share caches and memory with other guests the
+pair often stays well below 2x. The table gives the median run with
 the slowest and fastest: training rows/s (epochs after the first, from the
 --rlog), the whole command's wall time, its peak resident memory, and the test
 AUC and log loss (accuracy must stay within noise of one thread). ``samples``
@@ -94,10 +99,18 @@ def sets(name):
 
 def run(cmd):
     """Run ``cmd``: (wall seconds, peak resident MB of the process)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return finish(*start(cmd))
+
+
+def start(cmd):
+    """``cmd`` started: (process, cmd, start time) for :func:`finish`."""
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), cmd, time.perf_counter()
+
+
+def finish(proc, cmd, started):
+    """Wait for a started command: (wall seconds, peak resident MB of the process)."""
     _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - started
     err = proc.stderr.read()
     proc.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
@@ -107,18 +120,35 @@ def run(cmd):
 
 def rafm_run(train, test, epochs, threads, extra, workdir):
     """One whole ``rafm train``: (train rows/s, wall s, peak MB, auc, logloss)."""
+    return rafm_result(train, test, workdir, *run(rafm_command(train, test, epochs, threads, extra, workdir)))
+
+
+def rafm_pair(train, test, epochs, extra, workdir):
+    """Two ``--threads 1`` runs started together, each in its own directory: (their train
+    rows/s summed, the later one's wall s, the larger peak MB, the first's auc and logloss)."""
+    dirs = [os.path.join(workdir, part) for part in ("a", "b")]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    started = [start(rafm_command(train, test, epochs, 1, extra, d)) for d in dirs]
+    done = [rafm_result(train, test, d, *finish(*s)) for d, s in zip(dirs, started)]
+    return (done[0][0] + done[1][0], max(done[0][1], done[1][1]), max(done[0][2], done[1][2]), *done[0][3:])
+
+
+def rafm_command(train, test, epochs, threads, extra, workdir):
+    return [sys.executable, "-m", "rafmcli", "train", "--task", "c", "--train", train, "--test", test,
+            "--out", os.path.join(workdir, "p.txt"), "--iter", str(epochs), "--holdout", "0",
+            "--threads", str(threads), "--rlog", os.path.join(workdir, "log.tsv"), "--quiet", *extra]
+
+
+def rafm_result(train, test, workdir, wall, peak):
+    """(train rows/s, wall s, peak MB, auc, logloss) of a finished run in ``workdir``."""
     from rafmcli.io.reader import read_dataset
     from rafmcli.metrics import evaluate
 
-    out, rlog = os.path.join(workdir, "p.txt"), os.path.join(workdir, "log.tsv")
-    cmd = [sys.executable, "-m", "rafmcli", "train", "--task", "c", "--train", train, "--test", test,
-           "--out", out, "--iter", str(epochs), "--holdout", "0", "--threads", str(threads),
-           "--rlog", rlog, "--quiet", *extra]
-    wall, peak = run(cmd)
-    seconds = np.loadtxt(rlog, skiprows=1, usecols=1, ndmin=1)
+    seconds = np.loadtxt(os.path.join(workdir, "log.tsv"), skiprows=1, usecols=1, ndmin=1)
     n_rows = read_dataset(train).n_rows
     labels = read_dataset(test).labels
-    metrics = evaluate("c", labels, np.loadtxt(out))
+    metrics = evaluate("c", labels, np.loadtxt(os.path.join(workdir, "p.txt")))
     return n_rows / float(np.median(seconds[1:])), wall, peak, metrics["auc"], metrics["logloss"]
 
 
@@ -229,22 +259,25 @@ def main(which, repeats, epochs, names):
                 rows.append(("xLearn FM(64) sgd", None))
             walls = {}  # (label, threads) -> median wall seconds
             for label, extra in rows:
-                runs = {1: [], 2: []}
+                runs = {1: [], 2: []} if extra is None else {1: [], 2: [], "1+1": []}
                 for _ in range(repeats):
-                    for threads in (1, 2):
+                    for threads in runs:
                         if extra is None:
                             runs[threads].append(xlearn_run(train, test, n_epochs, threads, workdir))
+                        elif threads == "1+1":
+                            runs[threads].append(rafm_pair(train, test, n_epochs, extra, workdir))
                         else:
                             runs[threads].append(rafm_run(train, test, n_epochs, threads, extra, workdir))
-                for threads in (1, 2):
+                for threads in runs:
                     r = np.array(runs[threads])
                     walls[label, threads] = float(np.median(r[:, 1]))
                     print(f"{label:<20}{threads:>4}  {cell(r[:, 0], lambda x: f'{x:,.0f}'):>32}"
                           f"{cell(r[:, 1], lambda x: f'{x:.2f}'):>22}{cell(r[:, 2], lambda x: f'{x:.0f}'):>18}"
                           f"{cell(r[:, 3], lambda x: f'{x:.4f}'):>26}{cell(r[:, 4], lambda x: f'{x:.4f}'):>26}")
                 if extra is not None:
-                    speedup = np.median(np.array(runs[2])[:, 0]) / np.median(np.array(runs[1])[:, 0])
-                    print(f"{'':<24}2 threads / 1: {speedup:.2f}x train rows/s")
+                    one, two, pair = (np.median(np.array(runs[t])[:, 0]) for t in (1, 2, "1+1"))
+                    print(f"{'':<24}2 threads / 1: {two / one:.2f}x train rows/s; two processes / 1: "
+                          f"{pair / one:.2f}x (the machine's ceiling); 2 threads / two processes: {two / pair:.2f}")
                 sys.stdout.flush()
             if ("xLearn FM(64) sgd", 2) in walls and ("FM(64) sgd", 2) in walls:
                 print(f"{'':<24}FM(64) sgd wall / xLearn's, 2 threads: "

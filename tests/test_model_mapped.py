@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from rafmcli.errors import InputError
+from rafmcli.io import checksum
 from rafmcli.model import files
 from rafmcli.model.layout import CACHE_LINE, build
 
@@ -21,7 +22,19 @@ def test_crc32_combine_is_zlibs():
     data = rng.bytes(5000)
     for cut in (0, 1, 7, 64, 2500, 4999, 5000):
         a, b = data[:cut], data[cut:]
-        assert files.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(data)
+        assert checksum.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(data)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_crc32_in_pieces_on_threads_is_zlibs(monkeypatch, n_threads):
+    """Binary-cache arrays are checksummed in pieces on every core (io/checksum.py): the
+    pieces' CRCs combined are zlib's CRC of the whole, for any sizes around the pieces'."""
+    monkeypatch.setattr(checksum, "PIECE", 100)
+    monkeypatch.setattr("rafmcli.threads._DEFAULT", {"threads": n_threads})
+    data = np.random.default_rng(n_threads).integers(0, 256, 2000, dtype=np.uint8)
+    for size in (0, 1, 99, 100, 101, 399, 400, 401, 1234, 2000):
+        assert checksum.crc32(data[:size]) == zlib.crc32(data[:size].tobytes()), size
+    assert checksum.crc32(data.view(np.int32)) == zlib.crc32(data.tobytes())
 
 
 def model_file(tmp_path, n_features=3000, ranks=(4, 32), name="m.rafm"):

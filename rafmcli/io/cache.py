@@ -16,11 +16,11 @@ import os
 import shutil
 import sys
 import tempfile
-import zlib
 
 import numpy as np
 
 from rafmcli.errors import printable
+from rafmcli.io import checksum
 from rafmcli.io.columns import Columns
 from rafmcli.io.reader import Dataset
 
@@ -62,7 +62,7 @@ def _entry_dir(path, cache_dir):
 
 
 def _crc(array):
-    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8))
+    return checksum.crc32(np.ascontiguousarray(array).view(np.uint8))
 
 
 def _check(condition, what):

@@ -26,6 +26,7 @@ import numpy as np
 
 from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
+from rafmcli.io.checksum import combined
 from rafmcli.io.output import Outputs
 from rafmcli.model.layout import CACHE_LINE, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
@@ -340,7 +341,7 @@ def _check_mapped(mapped, start, size, offset, values, info):
     against the archive's, as zipfile checks it on a read; returns how many of its
     float ``values`` (from byte ``offset`` of the member) are inf or NaN (0 for other
     dtypes). Pieces of CHECK_PIECE bytes on every core: each piece's CRC, then its
-    values while they are still cached; the CRCs are combined (:func:`crc32_combine`)."""
+    values while they are still cached; the CRCs are combined (io/checksum.py)."""
     from rafmcli import threads
     from rafmcli.kernels.checks import not_finite
 
@@ -360,42 +361,11 @@ def _check_mapped(mapped, start, size, offset, values, info):
         return crcs, bad
 
     done = threads.spread(check, pieces, threads=1 if pieces < 4 else None)
-    crc = 0
-    for crcs, _ in done:
-        for piece_crc, length in crcs:
-            crc = crc32_combine(crc, piece_crc, length)
+    crc = combined(crcs for crcs, _ in done)
     member.release()
     if crc != info.CRC:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
     return sum(bad for _, bad in done)
-
-
-CRC32_POLY = 0xEDB88320  # the reflected CRC-32 polynomial of zip and zlib
-
-
-def _crc_multiply(a, b):
-    """a b modulo the CRC-32 polynomial (reflected bit order: bit 31 is x^0)."""
-    product, m = 0, 1 << 31
-    while a:
-        if a & m:
-            product ^= b
-            a ^= m
-        m >>= 1
-        b = (b >> 1) ^ CRC32_POLY if b & 1 else b >> 1
-    return product
-
-
-def crc32_combine(crc1, crc2, length2):
-    """The CRC-32 of A + B from crc1 = CRC-32(A), crc2 = CRC-32(B) and len(B) (zlib's
-    crc32_combine): crc1 times x^(8 len(B)) modulo the polynomial, plus crc2."""
-    power, square = 1 << 31, 1 << 30  # x^0, then x^(2^k) for the bits k of 8 len(B)
-    n = 8 * length2
-    while n:
-        if n & 1:
-            power = _crc_multiply(power, square)
-        square = _crc_multiply(square, square)
-        n >>= 1
-    return _crc_multiply(power, crc1) ^ crc2
 
 
 def read_model_v1(members, header):

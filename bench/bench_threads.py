@@ -11,7 +11,8 @@ lock-free threads fight over cache lines. ``clicks-1000000`` is bench_train.py's
 (fields: 50, the 1M set: 4) without validation and predicts the test rows, in
 ``--repeats`` fresh processes run in turn (1 thread, 2 threads, two 1-thread
 processes at once, 1 thread, ...), so that a busy machine slows all alike. The
-pair (thr ``1+1``: their rows/s summed) is the ceiling this machine gives two cores
+pair (thr ``1+1``: each process's median epoch rate, summed; their epochs overlap
+but for start-up drift, which can flatter the pair on the 1M set's 4 epochs) is the ceiling this machine gives two cores
 on the same work at that moment: nothing is shared between the processes, so no
 threading scheme can do better, except by sharing one model's memory traffic.
 On a virtual machine whose cores share caches and memory with other guests the
@@ -129,8 +130,16 @@ def rafm_pair(train, test, epochs, extra, workdir):
     dirs = [os.path.join(workdir, part) for part in ("a", "b")]
     for d in dirs:
         os.makedirs(d, exist_ok=True)
-    started = [start(rafm_command(train, test, epochs, 1, extra, d)) for d in dirs]
-    done = [rafm_result(train, test, d, *finish(*s)) for d, s in zip(dirs, started)]
+    started = []
+    try:
+        for d in dirs:
+            started.append(start(rafm_command(train, test, epochs, 1, extra, d)))
+        done = [rafm_result(train, test, d, *finish(*s)) for d, s in zip(dirs, started)]
+    finally:  # a failed run: no process left writing into the directories
+        for proc, _, _ in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return (done[0][0] + done[1][0], max(done[0][1], done[1][1]), max(done[0][2], done[1][2]), *done[0][3:])
 
 
@@ -277,7 +286,7 @@ def main(which, repeats, epochs, names):
                 if extra is not None:
                     one, two, pair = (np.median(np.array(runs[t])[:, 0]) for t in (1, 2, "1+1"))
                     print(f"{'':<24}2 threads / 1: {two / one:.2f}x train rows/s; two processes / 1: "
-                          f"{pair / one:.2f}x (the machine's ceiling); 2 threads / two processes: {two / pair:.2f}")
+                          f"{pair / one:.2f}x (the machine's ceiling); 2 threads / two processes: {two / pair:.2f}x")
                 sys.stdout.flush()
             if ("xLearn FM(64) sgd", 2) in walls and ("FM(64) sgd", 2) in walls:
                 print(f"{'':<24}FM(64) sgd wall / xLearn's, 2 threads: "

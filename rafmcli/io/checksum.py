@@ -1,8 +1,9 @@
 """CRC-32 (zlib's) of large buffers on every core: pieces checksummed side by side, then
 combined (zlib's crc32_combine, done here: Python's zlib does not offer it).
 
-Model members and binary-cache arrays are checked on every load; one core runs
-zlib.crc32 at about 3 GB/s, so a 300 MB cache entry cost 0.1 s of every command.
+Binary-cache arrays are checked on every load (io/cache.py); one core runs zlib.crc32
+at about 3 GB/s, so a 300 MB entry cost 0.1 s of every command. Model members are
+checked piece by piece with their finiteness (model/files.py), combined here.
 """
 
 import zlib
@@ -12,13 +13,19 @@ CRC32_POLY = 0xEDB88320  # the reflected CRC-32 polynomial of zip and zlib
 
 
 def crc32(buffer):
-    """zlib.crc32 of a contiguous buffer (bytes, memoryview, numpy array), pieces of
-    PIECE bytes on every core (zlib releases the GIL while it runs)."""
+    """zlib.crc32 of a contiguous one-dimensional buffer (bytes, memoryview, 1-D numpy array):
+    pieces of PIECE bytes on every core (zlib releases the GIL while it runs); one thread below
+    four pieces, and zlib alone for one."""
     from rafmcli import threads
 
     data = memoryview(buffer).cast("B")
     size = len(data)
     pieces = max(1, size // PIECE)
+    if pieces == 1:
+        try:
+            return zlib.crc32(data)
+        finally:
+            data.release()
 
     def crcs(lo, hi):
         return [(zlib.crc32(data[p * size // pieces:(p + 1) * size // pieces]),

@@ -13,37 +13,45 @@ CRC32_POLY = 0xEDB88320  # the reflected CRC-32 polynomial of zip and zlib
 
 
 def crc32(buffer):
-    """zlib.crc32 of a contiguous one-dimensional buffer (bytes, memoryview, 1-D numpy array):
-    pieces of PIECE bytes on every core (zlib releases the GIL while it runs); one thread below
-    four pieces, and zlib alone for one."""
+    """zlib.crc32 of a contiguous one-dimensional buffer (bytes, memoryview, 1-D numpy array),
+    in pieces of PIECE bytes on every core (:func:`pieces_checked`)."""
+    return pieces_checked(buffer, PIECE)[0]
+
+
+def pieces_checked(buffer, piece, visit=None):
+    """(zlib.crc32 of ``buffer``, the sum of ``visit(a, b)`` over its pieces): pieces of about
+    ``piece`` bytes, ranges of them on every core (one thread below four pieces; zlib releases
+    the GIL while it runs). ``visit`` gets each piece's bytes a..b right after their CRC,
+    while they are still cached (model/files.py: finiteness of a member's values)."""
     from rafmcli import threads
 
     data = memoryview(buffer).cast("B")
     size = len(data)
-    pieces = max(1, size // PIECE)
-    if pieces == 1:
-        try:
-            return zlib.crc32(data)
-        finally:
-            data.release()
+    pieces = max(1, size // piece)
 
-    def crcs(lo, hi):
-        return [(zlib.crc32(data[p * size // pieces:(p + 1) * size // pieces]),
-                 (p + 1) * size // pieces - p * size // pieces) for p in range(lo, hi)]
+    def check(lo, hi):
+        crcs, total = [], 0
+        for p in range(lo, hi):
+            a, b = p * size // pieces, (p + 1) * size // pieces
+            crcs.append((zlib.crc32(data[a:b]), b - a))
+            if visit is not None:
+                total += visit(a, b)
+        return crcs, total
 
     try:
-        return combined(threads.spread(crcs, pieces, threads=1 if pieces < 4 else None))
+        done = threads.spread(check, pieces, threads=1 if pieces < 4 else None)
     finally:
         data.release()
+    return _combined(crcs for crcs, _ in done), sum(total for _, total in done)
 
 
-def combined(ranges):
+def _combined(ranges):
     """The CRC-32 of consecutive pieces from each range's list of (piece CRC, piece length)."""
-    crc = 0
+    crc = None
     for pieces in ranges:
         for piece_crc, length in pieces:
-            crc = crc32_combine(crc, piece_crc, length)
-    return crc
+            crc = piece_crc if crc is None else crc32_combine(crc, piece_crc, length)
+    return crc or 0
 
 
 def _multiply(a, b):

@@ -26,7 +26,7 @@ import numpy as np
 
 from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
-from rafmcli.io.checksum import combined
+from rafmcli.io.checksum import pieces_checked
 from rafmcli.io.output import Outputs
 from rafmcli.model.layout import CACHE_LINE, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
@@ -340,32 +340,24 @@ def _check_mapped(mapped, start, size, offset, values, info):
     """The CRC-32 of a mapped member (bytes ``start``..``start+size`` of ``mapped``)
     against the archive's, as zipfile checks it on a read; returns how many of its
     float ``values`` (from byte ``offset`` of the member) are inf or NaN (0 for other
-    dtypes). Pieces of CHECK_PIECE bytes on every core: each piece's CRC, then its
-    values while they are still cached; the CRCs are combined (io/checksum.py)."""
-    from rafmcli import threads
+    dtypes). Pieces of CHECK_PIECE bytes on every core (io/checksum.py): each piece's
+    CRC, then its values while they are still cached."""
     from rafmcli.kernels.checks import not_finite
 
     member = memoryview(mapped)[start:start + size]
-    pieces = max(1, size // CHECK_PIECE)
-    floats = values.dtype.kind == "f"
     item = values.dtype.itemsize
 
-    def check(lo, hi):
-        crcs, bad = [], 0
-        for p in range(lo, hi):
-            a, b = p * size // pieces, (p + 1) * size // pieces
-            crcs.append((zlib.crc32(member[a:b]), b - a))
-            first, stop = (max(0, min(values.shape[0], -(-(x - offset) // item))) for x in (a, b))
-            if floats and stop > first:
-                bad += not_finite(values[first:stop])
-        return crcs, bad
+    def finiteness(a, b):
+        first, stop = (max(0, min(values.shape[0], -(-(x - offset) // item))) for x in (a, b))
+        return not_finite(values[first:stop]) if stop > first else 0
 
-    done = threads.spread(check, pieces, threads=1 if pieces < 4 else None)
-    crc = combined(crcs for crcs, _ in done)
-    member.release()
+    try:
+        crc, bad = pieces_checked(member, CHECK_PIECE, finiteness if values.dtype.kind == "f" else None)
+    finally:
+        member.release()
     if crc != info.CRC:
         raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
-    return sum(bad for _, bad in done)
+    return bad
 
 
 def read_model_v1(members, header):

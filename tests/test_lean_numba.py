@@ -1,6 +1,7 @@
 """`rafm` starts numba without what no rafm kernel uses (cli.LeanNumba): scipy.linalg
-(BLAS), cffi and the scan of installed distributions for numba extensions; the
-kernels still run, and other code may import those modules as usual."""
+(BLAS), cffi, the scan of installed distributions for numba extensions, and numba's
+registries when every kernel loads from the cache; the kernels still run, and other
+code may import those modules as usual."""
 
 import importlib.util
 import json
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import SAMPLES
 
 CHECK = r"""
 import importlib.metadata, json, sys
@@ -36,3 +38,69 @@ def test_rafm_runs_numba_without_blas_cffi_or_extension_scan(tmp_path):
     assert json.loads("\n".join(report))["files"][0]["features"] == 2  # the kernels ran
     assert json.loads(loaded) == {"scipy.linalg": False, "cffi": False, "pycparser": False,
                                   "entry points read": False}
+
+
+COMMANDS = r"""
+import json, os, sys
+from rafmcli.cli import LeanNumba, main
+LeanNumba.install()  # as main does, before numba is imported here
+from numba.core import base
+refreshed = []  # numba installing its registries (every one, each time)
+refresh = base.BaseContext.refresh
+base.BaseContext.refresh = lambda self: (refreshed.append(1), refresh(self))[1]
+out, samples, clicks = sys.argv[1:4]
+for args in (
+        ["train", "--task", "c", "--model", "rafm", "--ranks", "4,16", "--iter", "3", "--threads", "1",
+         "--train", f"{samples}/classification.train.libfm", "--test", f"{samples}/classification.test.libfm",
+         "--out", f"{out}/rafm.txt", "--save-model", f"{out}/c.rafm"],
+        ["predict", "--model", f"{out}/c.rafm", "--out", f"{out}/predict.txt", f"{samples}/classification.test.libfm"],
+        ["train", "--task", "r", "--method", "mcmc", "--ranks", "4,8", "--iter", "5",
+         "--train", f"{samples}/regression.train.libfm", "--test", f"{samples}/regression.test.libfm",
+         "--out", f"{out}/mcmc.txt"],
+        ["train", "--task", "implicit", "--ranks", "4,16", "--meta", f"{samples}/implicit.meta", "--iter", "2",
+         "--threads", "1", "--train", f"{samples}/implicit.train.libfm", "--save-model", f"{out}/i.rafm"],
+        ["recommend", "--model", f"{out}/i.rafm", "--group", "1", "-k", "5", "--out", f"{out}/recommend.txt",
+         f"{samples}/implicit.test.libfm"],
+        ["train", "--task", "c", "--model", "fm", "--dim", "8", "--threads", "2", "--iter", "2",
+         "--train", clicks, "--test", f"{samples}/classification.test.libfm", "--out", f"{out}/hogwild.txt"]):
+    try:
+        main([*args, "--quiet", "--no-cache"])
+    except SystemExit as exc:
+        assert not exc.code, (args, exc.code)
+print(json.dumps({"registries": bool(refreshed)}))
+"""
+
+
+def test_kernels_loaded_from_the_cache_run_without_numbas_registries(tmp_path):
+    """The first process may compile (numba then installs its registries); the second loads
+    every kernel from the cache without them (it crashed when numba's runtime was not
+    started) and writes the same bytes: RaFM epochs and prediction, MCMC (whose cached
+    environment imports numba modules), implicit training and recommend's parallel
+    kernels; Hogwild FM on two threads (40,000 rows) the same within its noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(1, 400, size=(40_000, 8))
+    clicks = tmp_path / "clicks.libfm"
+    clicks.write_text("".join(f"{int(r[0] % 3 == 0)} " + " ".join(f"{i}:1" for i in sorted(set(r))) + "\n"
+                              for r in ids))
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        out.mkdir()
+        proc = subprocess.run([sys.executable, "-c", COMMANDS, str(out), SAMPLES, str(clicks)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        runs.append((out, json.loads(proc.stdout.strip().splitlines()[-1])))
+    import numba
+
+    from rafmcli.cli import LEAN_LOADS_NUMBA
+
+    tested = LEAN_LOADS_NUMBA[0] <= tuple(numba.version_info[:2]) <= LEAN_LOADS_NUMBA[1]
+    assert runs[1][1] == {"registries": not tested}  # another numba: numba's own loads
+    for name in ("rafm.txt", "predict.txt", "mcmc.txt", "recommend.txt"):
+        assert (runs[0][0] / name).read_bytes() == (runs[1][0] / name).read_bytes(), name
+        assert len((runs[1][0] / name).read_text().splitlines()) > 100
+    first, second = (np.loadtxt(out / "hogwild.txt") for out, _ in runs)
+    assert first.shape == second.shape == (600,)
+    assert np.abs(first - second).max() < 0.05

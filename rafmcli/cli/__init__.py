@@ -24,7 +24,12 @@ class LeanNumba:
     * numba extensions: ``numba.core.entrypoints.init_all`` reads the entry points
       of every installed distribution (0.05-0.15 s here) to run third-party
       ``numba_extensions`` hooks; rafm's kernels use none, so numba.core.entrypoints
-      is loaded as done.
+      is loaded as done;
+    * numba's typing and lowering registries when a kernel only loads from the cache:
+      numba's ``Cache.load_overload`` installs them all first (importing some sixty
+      numba modules: about 0.1 s), but they serve compiling, and a compile installs them
+      itself. A cached kernel is machine code that needs numba's runtime (NRT, started
+      here) and the C symbols numba registers when it is imported.
 
     Only those imports, made from those numba modules, are refused; any other
     import of scipy or cffi works as usual, and outside ``rafm`` (the API,
@@ -40,12 +45,12 @@ class LeanNumba:
                 if frame.f_globals.get("__name__") == self._REFUSED[name]:
                     raise ImportError(f"rafm runs numba without {name}")
                 frame = frame.f_back
-        elif name == "numba.core.entrypoints":
+        elif name in _AFTER_LOADING:
             from importlib.machinery import PathFinder
 
             spec = PathFinder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _ExtensionsDone(spec.loader)
+                spec.loader = _LoadedThen(spec.loader, _AFTER_LOADING[name])
             return spec
         return None
 
@@ -55,18 +60,49 @@ class LeanNumba:
             sys.meta_path.insert(0, cls())
 
 
-class _ExtensionsDone:
-    """numba.core.entrypoints' loader, marking numba's extensions as initialised."""
+class _LoadedThen:
+    """A module's loader, then ``then(module)`` once the module has run."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, then):
         self.loader = loader
+        self.then = then
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        module._already_initialized = True
+        self.then(module)
+
+
+def _extensions_done(entrypoints):
+    """numba.core.entrypoints: numba's extensions are marked as initialised."""
+    entrypoints._already_initialized = True
+
+
+LEAN_LOADS_NUMBA = ((0, 58), (0, 68))  # numba versions whose cached loads were read and tested lean
+
+
+def _cached_loads_lean(caching):
+    """numba.core.caching: loading a cached kernel starts numba's runtime only, where numba's
+    ``Cache.load_overload`` would install every registry first. Other numba versions than
+    LEAN_LOADS_NUMBA keep numba's own load."""
+    low, high = LEAN_LOADS_NUMBA
+    if not low <= tuple(sys.modules["numba"].version_info[:2]) <= high:
+        return
+    cache = caching.Cache
+
+    def load_overload(self, sig, target_context):
+        from numba.core.runtime import rtsys
+
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    cache.load_overload = load_overload
+
+
+_AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _cached_loads_lean}
 
 
 class RafmGroup(click.Group):

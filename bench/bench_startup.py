@@ -15,7 +15,8 @@ may back them only at first touch), rafm's draws again into the same,
 already touched memory, and rafm's draws into 4 KiB pages (``NUMPY_MADVISE_HUGEPAGE=0``:
 numpy then asks for no transparent huge pages, whose first touch costs more on this VM
 but which train faster). Bytecode is cached (``PYTHONDONTWRITEBYTECODE`` is
-dropped), as in an installed package.
+dropped), as in an installed package. numba starts as the ``rafm`` command starts it
+(``rafmcli.cli.LeanNumba``: a cached kernel loads without numba's registries).
 ``--baseline DIR`` runs the same with another rafm checkout side by side.
 """
 
@@ -69,6 +70,8 @@ print(json.dumps(out))
 FIRST_LOAD = r"""
 import json, time
 import numpy as np
+from rafmcli.cli import LeanNumba
+LeanNumba.install()  # as the rafm command does
 t = time.perf_counter()
 import numba
 from rafmcli.io import parse_kernel

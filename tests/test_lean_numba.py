@@ -42,8 +42,11 @@ def test_rafm_runs_numba_without_blas_cffi_or_extension_scan(tmp_path):
 
 COMMANDS = r"""
 import json, os, sys
-from rafmcli.cli import LeanNumba, main
-LeanNumba.install()  # as main does, before numba is imported here
+from rafmcli import cli
+if sys.argv[4] == "numba's own loads":
+    del cli._AFTER_LOADING["numba.core.caching"]
+cli.LeanNumba.install()  # as main does, before numba is imported here
+main = cli.main
 from numba.core import base
 refreshed = []  # numba installing its registries (every one, each time)
 refresh = base.BaseContext.refresh
@@ -72,8 +75,8 @@ print(json.dumps({"registries": bool(refreshed)}))
 
 
 def test_kernels_loaded_from_the_cache_run_without_numbas_registries(tmp_path):
-    """The first process may compile (numba then installs its registries); the second loads
-    every kernel from the cache without them (it crashed when numba's runtime was not
+    """The first process loads (or compiles) every kernel the way numba does, installing its
+    registries; the second loads every kernel from the cache without them (it crashed when numba's runtime was not
     started) and writes the same bytes: RaFM epochs and prediction, MCMC (whose cached
     environment imports numba modules), implicit training and recommend's parallel
     kernels; Hogwild FM on two threads (40,000 rows) the same within its noise."""
@@ -85,10 +88,10 @@ def test_kernels_loaded_from_the_cache_run_without_numbas_registries(tmp_path):
     clicks.write_text("".join(f"{int(r[0] % 3 == 0)} " + " ".join(f"{i}:1" for i in sorted(set(r))) + "\n"
                               for r in ids))
     runs = []
-    for name in ("first", "second"):
+    for name, loads in (("first", "numba's own loads"), ("second", "rafm's")):
         out = tmp_path / name
         out.mkdir()
-        proc = subprocess.run([sys.executable, "-c", COMMANDS, str(out), SAMPLES, str(clicks)],
+        proc = subprocess.run([sys.executable, "-c", COMMANDS, str(out), SAMPLES, str(clicks), loads],
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         runs.append((out, json.loads(proc.stdout.strip().splitlines()[-1])))
@@ -97,6 +100,7 @@ def test_kernels_loaded_from_the_cache_run_without_numbas_registries(tmp_path):
     from rafmcli.cli import LEAN_LOADS_NUMBA
 
     tested = LEAN_LOADS_NUMBA[0] <= tuple(numba.version_info[:2]) <= LEAN_LOADS_NUMBA[1]
+    assert runs[0][1] == {"registries": True}
     assert runs[1][1] == {"registries": not tested}  # another numba: numba's own loads
     for name in ("rafm.txt", "predict.txt", "mcmc.txt", "recommend.txt"):
         assert (runs[0][0] / name).read_bytes() == (runs[1][0] / name).read_bytes(), name
@@ -104,3 +108,21 @@ def test_kernels_loaded_from_the_cache_run_without_numbas_registries(tmp_path):
     first, second = (np.loadtxt(out / "hogwild.txt") for out, _ in runs)
     assert first.shape == second.shape == (600,)
     assert np.abs(first - second).max() < 0.05
+
+
+@pytest.mark.parametrize("version, lean", [((0, 58, 0), True), ((0, 68, 1), True), ((0, 69, 0), False),
+                                           ((0, 57, 1), False), ((0, None, None), False)])
+def test_cached_loads_are_lean_only_on_the_numba_versions_read(monkeypatch, version, lean):
+    """A numba built from git without tags (version 0+untagged..., minor None) keeps its own
+    load: comparing None with an int raised during numba's import, failing every command."""
+    import types
+
+    from rafmcli import cli
+
+    class Cache:
+        def load_overload(self, sig, target_context):
+            """numba's own"""
+
+    monkeypatch.setitem(sys.modules, "numba", types.SimpleNamespace(version_info=version))
+    cli._cached_loads_lean(types.SimpleNamespace(Cache=Cache))
+    assert (Cache.load_overload is cli._load_overload) == lean

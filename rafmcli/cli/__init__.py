@@ -13,53 +13,6 @@ import click
 from rafmcli import __version__
 
 
-class LeanNumba:
-    """An import hook that keeps numba's start short (0.1-0.5 s of every command
-    that runs a kernel), leaving out what no rafm kernel uses:
-
-    * scipy.linalg, which numba.np.linalg imports the first time numba compiles
-      or loads a kernel (0.3 s or more) only to offer BLAS to jitted ``np.dot``;
-    * cffi, which numba.core.typing.cffi_utils imports then to type cffi
-      functions (pycparser builds its lexer's tables: 0.03-0.07 s);
-    * numba extensions: ``numba.core.entrypoints.init_all`` reads the entry points
-      of every installed distribution (0.05-0.15 s here) to run third-party
-      ``numba_extensions`` hooks; rafm's kernels use none, so numba.core.entrypoints
-      is loaded as done;
-    * numba's typing and lowering registries when a kernel only loads from the cache:
-      numba's ``Cache.load_overload`` installs them all first (importing some sixty
-      numba modules: about 0.1 s), but they serve compiling, and a compile installs them
-      itself. A cached kernel is machine code that needs numba's runtime (NRT, started
-      here) and the C symbols numba registers when it is imported.
-
-    Only those imports, made from those numba modules, are refused; any other
-    import of scipy or cffi works as usual, and outside ``rafm`` (the API,
-    tests) nothing changes.
-    """
-
-    _REFUSED = {"scipy.linalg": "numba.np.linalg", "cffi": "numba.core.typing.cffi_utils"}
-
-    def find_spec(self, name, path=None, target=None):
-        if name in self._REFUSED:
-            frame = sys._getframe(1)
-            while frame is not None:
-                if frame.f_globals.get("__name__") == self._REFUSED[name]:
-                    raise ImportError(f"rafm runs numba without {name}")
-                frame = frame.f_back
-        elif name in _AFTER_LOADING:
-            from importlib.machinery import PathFinder
-
-            spec = PathFinder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _LoadedThen(spec.loader, _AFTER_LOADING[name])
-            return spec
-        return None
-
-    @classmethod
-    def install(cls):
-        if not any(isinstance(hook, cls) for hook in sys.meta_path):
-            sys.meta_path.insert(0, cls())
-
-
 class _LoadedThen:
     """A module's loader, then ``then(module)`` once the module has run."""
 
@@ -85,24 +38,77 @@ LEAN_LOADS_NUMBA = ((0, 58), (0, 68))  # numba versions whose cached loads were 
 
 def _cached_loads_lean(caching):
     """numba.core.caching: loading a cached kernel starts numba's runtime only, where numba's
-    ``Cache.load_overload`` would install every registry first. Other numba versions than
-    LEAN_LOADS_NUMBA keep numba's own load."""
-    low, high = LEAN_LOADS_NUMBA
-    if not low <= tuple(sys.modules["numba"].version_info[:2]) <= high:
+    ``Cache.load_overload`` would install every registry first. numba versions outside
+    LEAN_LOADS_NUMBA (or without a numeric version) keep numba's own load."""
+    version = tuple(sys.modules["numba"].version_info[:2])
+    if not all(isinstance(part, int) for part in version):
         return
-    cache = caching.Cache
+    low, high = LEAN_LOADS_NUMBA
+    if low <= version <= high:
+        caching.Cache.load_overload = _load_overload
 
-    def load_overload(self, sig, target_context):
-        from numba.core.runtime import rtsys
 
-        rtsys.initialize(target_context)
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+def _load_overload(self, sig, target_context):
+    """numba's ``Cache.load_overload`` without ``target_context.refresh()``: numba's runtime
+    (NRT) is started, then the cached kernel is rebuilt as numba rebuilds it."""
+    from numba.core.runtime import rtsys
 
-    cache.load_overload = load_overload
+    rtsys.initialize(target_context)
+    with self._guard_against_spurious_io_errors():
+        return self._load_overload(sig, target_context)
 
 
 _AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _cached_loads_lean}
+
+
+class LeanNumba:
+    """An import hook that keeps numba's start short (0.1-0.5 s of every command
+    that runs a kernel), leaving out what no rafm kernel uses:
+
+    * scipy.linalg, which numba.np.linalg imports the first time numba compiles
+      or loads a kernel (0.3 s or more) only to offer BLAS to jitted ``np.dot``;
+    * cffi, which numba.core.typing.cffi_utils imports then to type cffi
+      functions (pycparser builds its lexer's tables: 0.03-0.07 s);
+    * numba extensions: ``numba.core.entrypoints.init_all`` reads the entry points
+      of every installed distribution (0.05-0.15 s here) to run third-party
+      ``numba_extensions`` hooks; rafm's kernels use none, so numba.core.entrypoints
+      is loaded as done;
+    * numba's typing and lowering registries when a kernel only loads from the cache:
+      numba's ``Cache.load_overload`` installs them all first (importing some sixty
+      numba modules: about 0.1 s), but they serve compiling, and a compile installs them
+      itself. A cached kernel is machine code that needs numba's runtime (NRT, started
+      here), the C symbols numba registers when it is imported, and what numba's own
+      rebuild of a cached kernel sets up (the threads of ``parallel=True`` kernels, the
+      modules its environment names). Only for the numba versions in LEAN_LOADS_NUMBA.
+
+    Only those imports, made from those numba modules, are refused; any other
+    import of scipy or cffi works as usual. Where ``rafm``'s group never ran (the API,
+    a test that does not call it) nothing changes; in a process that ran it, numba's
+    cached loads stay lean.
+    """
+
+    _REFUSED = {"scipy.linalg": "numba.np.linalg", "cffi": "numba.core.typing.cffi_utils"}
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self._REFUSED:
+            frame = sys._getframe(1)
+            while frame is not None:
+                if frame.f_globals.get("__name__") == self._REFUSED[name]:
+                    raise ImportError(f"rafm runs numba without {name}")
+                frame = frame.f_back
+        elif name in _AFTER_LOADING:
+            from importlib.machinery import PathFinder
+
+            spec = PathFinder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _LoadedThen(spec.loader, _AFTER_LOADING[name])
+            return spec
+        return None
+
+    @classmethod
+    def install(cls):
+        if not any(isinstance(hook, cls) for hook in sys.meta_path):
+            sys.meta_path.insert(0, cls())
 
 
 class RafmGroup(click.Group):

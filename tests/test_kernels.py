@@ -59,6 +59,29 @@ def test_predictions_equal_pair_loop(kind, ranks):
             assert got[r] == pytest.approx(naive_score(model, ids, x), rel=1e-5, abs=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["fm", "rafm", "difacto"])
+def test_one_level_models_predict_as_the_level_machinery_does(kind):
+    """One level takes its own row kernel (forward.fm_scores); the same model with a second,
+    empty level takes the levels' (row_forward, pairwise_from_sums): bit for bit the same
+    scores, with and without values, by mapped rows and by original ids."""
+    rng = np.random.default_rng(9)
+    one = random_model(kind, (6,), 40, rng)
+    two = build(kind, "r", (6, 8), np.arange(40), np.ones(40), 0.3, rng, 0.3, (-1e9, 1e9))
+    two.V[:], two.w[:], two.w0 = one.V, one.w, one.w0
+    indptr, indices, values = random_rows(rng, 40, 200)
+    table = np.arange(40, dtype=np.int32)
+    for vals in (values, np.empty(0, np.float32)):
+        scores = []
+        for model in (one, two):
+            lev, widths, offsets, V, w, w0 = model.kernel_model()
+            assert widths.shape[0] == (1 if model is one else 2)
+            scores.append(F.predict_scores(indptr, indices, vals, lev, widths, offsets, V, w, w0[0], model.nested))
+            scores.append(F.predict_scores_by_id(indptr, indices, vals, table.copy(), lev, widths, offsets, V, w,
+                                                 w0[0], model.nested)[0])
+        for got in scores[1:]:
+            np.testing.assert_array_equal(got, scores[0])
+
+
 def test_predictions_the_same_on_any_number_of_threads(monkeypatch):
     """Rows cut into ranges on threads (small inputs on the calling thread alone): every row
     predicted once, bit for bit as on one thread."""

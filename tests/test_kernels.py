@@ -61,9 +61,9 @@ def test_predictions_equal_pair_loop(kind, ranks):
 
 @pytest.mark.parametrize("kind", ["fm", "rafm", "difacto"])
 def test_one_level_models_predict_as_the_level_machinery_does(kind):
-    """One level takes its own row kernel (forward.fm_scores); the same model with a second,
-    empty level takes the levels' (row_forward, pairwise_from_sums): bit for bit the same
-    scores, with and without values, by mapped rows and by original ids."""
+    """One level takes its own sums (forward.fm_sums); the same model with a second, empty
+    level takes the levels' (row_forward, pairwise_from_sums): bit for bit the same scores,
+    with and without values, by mapped rows and by original ids."""
     rng = np.random.default_rng(9)
     one = random_model(kind, (6,), 40, rng)
     two = build(kind, "r", (6, 8), np.arange(40), np.ones(40), 0.3, rng, 0.3, (-1e9, 1e9))
@@ -80,6 +80,14 @@ def test_one_level_models_predict_as_the_level_machinery_does(kind):
                                                  w0[0], model.nested)[0])
         for got in scores[1:]:
             np.testing.assert_array_equal(got, scores[0])
+
+
+def test_a_rows_dependent_sums_start_at_zero():
+    """One level never writes T, and the factor steps read it times 0 (kernels/sgd.py): left
+    uninitialised, a NaN there made FM's gradient NaN now and then."""
+    for widths in ([8], [4, 16], [1, 2, 3]):
+        T = F.row_scratch(np.array(widths, np.int64))[2]
+        assert T.shape == (sum(widths),) and not T.any()
 
 
 def test_predictions_the_same_on_any_number_of_threads(monkeypatch):

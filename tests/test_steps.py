@@ -246,3 +246,37 @@ def test_regression_prediction_clipped_in_training(side):
     assert model.w0 - old == pytest.approx(w0 - old, rel=1e-4)
     assert abs((w0_raw - old) - (w0 - old)) > 0.01  # the clip matters here
     np.testing.assert_allclose(model.V, V, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("task", ["r", "c"])
+def test_one_level_trains_as_the_level_machinery_does(task, method):
+    """An FM epoch (one level: forward.fm_sums) against the same model with a second, empty
+    level (the levels' row_forward): the same parameters and optimizer state, bit for bit."""
+    rng = np.random.default_rng(4)
+    one = make_model("fm", (4,), task)
+    two = build("rafm", task, (4, 6), np.arange(12), np.ones(12), 0.5, rng, 0.3, (-1e9, 1e9))
+    two.V[:], two.w[:], two.w0 = one.V, one.w, one.w0
+    n_rows = 300
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 6, n_rows))]).astype(np.int64)
+    data = (indptr, rng.integers(0, 12, indptr[-1]).astype(np.int32),
+            rng.uniform(-2, 2, indptr[-1]).astype(np.float32), rng.integers(0, 2, n_rows).astype(np.float64))
+    hyper = np.zeros(K.N_HYPER)
+    hyper[K.H_LR], hyper[K.H_REG0], hyper[K.H_REG1] = LR, REG[0], REG[1]
+    hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = BETA1, BETA2, EPS
+    hyper[K.H_YMIN], hyper[K.H_YMAX] = -1e9, 1e9
+    hyper[K.H_BIAS_ON] = hyper[K.H_LINEAR_ON] = 1.0
+    task_code = K.TASK_REGRESSION if task == "r" else K.TASK_CLASSIFICATION
+    order = rng.permutation(n_rows).astype(np.int64)
+    trained = []
+    for model, reg_v in ((one, [0.2]), (two, [0.2, 0.1])):
+        kmodel = model.kernel_model()
+        state = optimizer_state(method, model)
+        K.train_epoch(order, 0, data, kmodel, state, hyper, np.array(reg_v), task_code, model.nested, K.PAPER,
+                      METHODS[method])
+        assert kmodel[1].shape[0] == (1 if model is one else 2)
+        trained.append((model.V.copy(), model.w.copy(), kmodel[5].copy(), [s.copy() for s in state]))
+    for got, want in zip(trained[1][:3], trained[0][:3]):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(trained[1][3], trained[0][3]):
+        np.testing.assert_array_equal(got, want)

@@ -90,6 +90,18 @@ def test_a_rows_dependent_sums_start_at_zero():
         assert T.shape == (sum(widths),) and not T.any()
 
 
+def test_one_level_row_forward_returns_the_pairwise_part_and_top_level():
+    """row_forward's contract on one level: (B_{1,1}, 0) with B[0] set, (0, -1) for an empty row."""
+    lev, widths, offsets = np.zeros(3, np.int8), np.array([2], np.int64), np.array([0], np.int64)
+    V = np.array([1, 0, 0, 1, 1, 1], np.float32)  # test_fm_hand_example's factors
+    soff, S, T, Q, R, B = F.row_scratch(widths)
+    B[:] = 7.0
+    ids, x = np.array([0, 1, 2], np.int32), np.array([1, 2, 0.5], np.float32)
+    assert F.row_forward(0, 3, ids, x, lev, widths, offsets, V, True, soff, S, T, Q, R, B) == (1.5, 0)
+    assert B[0] == 1.5
+    assert F.row_forward(0, 0, ids, x, lev, widths, offsets, V, True, soff, S, T, Q, R, B) == (0.0, -1)
+
+
 def test_predictions_the_same_on_any_number_of_threads(monkeypatch):
     """Rows cut into ranges on threads (small inputs on the calling thread alone): every row
     predicted once, bit for bit as on one thread."""

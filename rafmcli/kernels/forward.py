@@ -120,8 +120,8 @@ def sigmoid(z):
 def row_scratch(widths):
     """A thread's scratch for :func:`row_forward`: soff (level l's sums start at soff[l] =
     D_1 + ... + D_{l-1}), S and T (float32, D_1 + ... + D_m each), Q, R and B (one per level).
-    T starts at zero: one level (:func:`fm_sums`) never writes it, and the factor steps read
-    it times 0 (kernels/sgd.py), which garbage such as NaN would not survive."""
+    T starts at zero: one level (:func:`fm_sums`) never writes it, and Adam's and the gradient's
+    factor steps read it times 0 (kernels/sgd.py), which garbage such as NaN would not survive."""
     m = widths.shape[0]
     soff = np.zeros(m + 1, dtype=np.int64)
     for l in range(m):
@@ -134,7 +134,8 @@ def row_scratch(widths):
 def fm_sums(a, b, indices, values, V, width, S):
     """:func:`row_forward` for a one-level model (FM): S = Sum v_i x_i and the pairwise part
     (|S|^2 - Sum |v_i x_i|^2) / 2, in the levels' arithmetic and order without their
-    bookkeeping (``width``: the rank, unsigned)."""
+    bookkeeping (``width``: the rank, unsigned; the one level starts V, offsets[0] = 0). S is
+    zeroed even for an empty row, where the levels leave it stale (no caller reads it then)."""
     has_values = values.shape[0] > 0
     for f in range(width):
         S[f] = 0.0
@@ -157,7 +158,7 @@ def fm_sums(a, b, indices, values, V, width, S):
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row (one
-    level: S and B only, :func:`fm_sums`).
+    level: S and B only, :func:`fm_sums`; T then stays as :func:`row_scratch` made it, zero).
 
     Returns (B_{1,m}, top): the row's pairwise part and its highest level
     (0-based; -1 for a row without features). Only levels 0..top are zeroed and
@@ -165,7 +166,7 @@ def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S,
     S = T = 0 and B_{1,p} = B_{1,top+1} (those entries of S, T, Q, R are stale).
     """
     m = widths.shape[0]
-    if m == 1:  # FM: the same sums without the levels' bookkeeping (a fifth to a third less time a row)
+    if m == 1:  # FM: the same sums without the levels' bookkeeping
         B[0] = fm_sums(a, b, indices, values, V, np.uint64(widths[0]), S)
         return B[0], 0 if b > a else -1
     has_values = values.shape[0] > 0

@@ -57,8 +57,6 @@ from rafmcli.kernels.sgd import (
     H_LR_DEP,
     H_REG0,
     H_REG1,
-    H_YMAX,
-    H_YMIN,
     PAPER,
     PREFETCH_AHEAD,
     SGD,
@@ -66,7 +64,9 @@ from rafmcli.kernels.sgd import (
     _step,
     _step_factors,
     gather_rows,
+    loss_gradient,
     no_replicas,
+    step_rates,
 )
 
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
@@ -316,23 +316,9 @@ def _make_trainer(method):
             pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
                                             Q, R, B, hot, stride, Vh)
             y_hat = lin + pair
-            if task == TASK_REGRESSION:
-                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                g = y_hat - lab[j]
-                loss += g * g
-            else:
-                y = 1.0 if lab[j] > 0 else -1.0
-                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
-                e = np.exp(-abs(z))
-                loss += max(z, 0.0) + np.log1p(e)
-                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
-            lr_step = lr
-            lr_dep = lr_dep_base
-            if method == ADAM:
-                t = step0 + pos + 1
-                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                lr_step = lr * corr
-                lr_dep = lr_dep_base * corr
+            row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)
+            loss += row_loss
+            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step0 + pos + 1)
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
             g_lin = g

@@ -138,6 +138,29 @@ def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method,
 
 
 @njit(cache=True, error_model="numpy", inline="always")
+def loss_gradient(task, y_hat, label, hyper):
+    """(a row's loss, g = dL/dy_hat): squared error of y_hat clipped to the targets' range
+    (regression), else log(1 + e^z) with z = -y y_hat and g = -y sigmoid(z), one exp for both."""
+    if task == TASK_REGRESSION:
+        g = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX]) - label
+        return g * g, g
+    y = 1.0 if label > 0 else -1.0
+    z = -y * y_hat
+    e = np.exp(-abs(z))
+    return max(z, 0.0) + np.log1p(e), -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def step_rates(method, lr, lr_dep, beta1, beta2, t):
+    """(free, dependent) learning rates of optimizer step t: Adam's bias correction
+    sqrt(1 - beta2^t) / (1 - beta1^t) applied, others as given."""
+    if method == ADAM:
+        corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+        return lr * corr, lr_dep * corr
+    return lr, lr_dep
+
+
+@njit(cache=True, error_model="numpy", inline="always")
 def distillation_terms(task, lin, B, bo, n_dep, d):
     """d_p = L'(B_{1,p}, B_{1,p+1}) for p < n_dep, B_{1,p+1} at B[bo + p]: B_{1,p} - B_{1,p+1}
     (regression) or sigma(lin + B_{1,p}) - sigma(lin + B_{1,p+1}) (classification, implicit)."""
@@ -283,23 +306,9 @@ def _make_trainers(method):
             pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,
                                         R, B)
             y_hat = lin + pair
-            if task == TASK_REGRESSION:
-                y_hat = min(max(y_hat, hyper[H_YMIN]), hyper[H_YMAX])
-                g = y_hat - lab[j]
-                loss += g * g
-            else:
-                y = 1.0 if lab[j] > 0 else -1.0
-                z = -y * y_hat  # loss log(1 + e^z), gradient -y sigmoid(z); one exp for both
-                e = np.exp(-abs(z))
-                loss += max(z, 0.0) + np.log1p(e)
-                g = -y * (1.0 / (1.0 + e) if z >= 0 else e / (1.0 + e))
-            lr_step = lr
-            lr_dep = lr_dep_base
-            if method == ADAM:
-                t = step0 + pos + 1
-                corr = np.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-                lr_step = lr * corr
-                lr_dep = lr_dep_base * corr
+            row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)
+            loss += row_loss
+            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step0 + pos + 1)
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
             n_dep = row_top if nested else 0

@@ -2,13 +2,18 @@
 recommend against brute force, embeddings, and the commands end to end."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from naive import group_values, implicit_loss, pair_loop, read_word2vec
+from numba import njit
 
 from rafmcli.kernels import implicit as KI
 from rafmcli.kernels import sgd as KS
+from rafmcli.kernels.forward import FAST
 from rafmcli.kernels.sampling import draw_negatives
 from rafmcli.model.layout import build
 from rafmcli.model.vocabulary import build_vocabulary, noise_tables, rng_streams
@@ -485,6 +490,50 @@ def test_hit_and_ndcg_by_hand():
     hr, ndcg = hit_ndcg([0], [2], 1)
     assert hr == pytest.approx(1 / 3) and ndcg == pytest.approx(1 / 3)
     assert sampled_auc(np.array([[1.0, 0.0, 2.0, 1.0]])) == pytest.approx(0.5)
+
+
+@njit(fastmath=FAST, error_model="numpy")
+def row_gradients_in_a_fast_kernel(y, shift, K, loss_kind, grad):
+    """KI.row_gradients compiled as the epoch kernel compiles it: a callee takes its caller's fastmath."""
+    return KI.row_gradients(y, shift, K, loss_kind, grad)
+
+
+def test_row_gradients_do_not_depend_on_where_the_arrays_lie():
+    """grad written just after y and shift (LLVM's run-time alias check then takes the scalar
+    loop) gives the same bits as grad written before them (the vectorised loop)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n, loss_kind = int(rng.integers(2, 80)), int(rng.integers(2))
+        y, shift = rng.normal(size=n) * 3, rng.normal(size=n)
+        losses, grads = [], []
+        for near in (True, False):
+            buf = np.zeros(3 * n + 8)
+            at = (0, n + 2, 2 * n + 4) if near else (n + 4, 2 * n + 6, 0)  # y, shift, grad
+            buf[at[0]:at[0] + n], buf[at[1]:at[1] + n] = y, shift
+            grad = buf[at[2]:at[2] + n]
+            losses.append(row_gradients_in_a_fast_kernel(buf[at[0]:at[0] + n], buf[at[1]:at[1] + n], n - 1,
+                                                         loss_kind, grad))
+            grads.append(grad.copy())
+        assert losses[0] == losses[1] and np.array_equal(grads[0], grads[1]), (n, loss_kind)
+
+
+def test_one_thread_trains_the_same_bits_wherever_memory_lies(sample, tmp_path):
+    """--threads 1 is bit for bit: the same run under environments of different sizes (which move
+    the kernels' scratch arrays about the heap) gives the same parameters."""
+    from rafmcli.model import files as model_files
+
+    meta = os.path.join(os.path.dirname(sample("implicit.train")), "implicit.meta")
+    models = []
+    for pad in (1, 300, 2000, 5000, 9000):
+        path = tmp_path / f"m{pad}.rafm"
+        subprocess.run([sys.executable, "-m", "rafmcli", "train", "--task", "implicit", "--ranks", "4,16",
+                        "--train", sample("implicit.train"), "--meta", meta,
+                        "--iter", "3", "--holdout", "0", "--threads", "1", "--quiet", "--save-model", str(path)],
+                       env=dict(os.environ, RAFM_TEST_PADDING="x" * pad), check=True)
+        models.append(model_files.load(str(path)))
+    for other in models[1:]:
+        assert other.w0 == models[0].w0
+        assert np.array_equal(other.w, models[0].w) and np.array_equal(other.V, models[0].V)
 
 
 @pytest.mark.parametrize("kind,ranks,level", [("fm", (3,), 1), ("rafm", (2, 4), 1), ("rafm", (2, 4), 2),

@@ -116,7 +116,13 @@ def linear_sum(a, b, feat, xs, w):
 @njit(cache=True, error_model="numpy")
 def row_gradients(y, shift, K, loss_kind, grad):
     """Loss of one positive (j = 0) and its K negatives on s_j = y_j - shift_j;
-    fills grad[j] = dL/dy_j (module notes)."""
+    fills grad[j] = dL/dy_j (module notes).
+
+    The softmax's sum of exponentials has a loop of its own that stores nothing. In the
+    loop that writes grad, a vectorised sum (fastmath callers) sits behind LLVM's run-time
+    check that grad lies far enough from y and shift; the check's outcome, and with it the
+    order of the sum, then depends on where the arrays were allocated, and two identical
+    runs differed in the last bits."""
     loss = 0.0
     if loss_kind == LOGISTIC:
         for j in range(K + 1):
@@ -130,9 +136,10 @@ def row_gradients(y, shift, K, loss_kind, grad):
         top = -np.inf
         for j in range(K + 1):
             top = max(top, y[j] - shift[j])
-        z = 0.0
         for j in range(K + 1):
             grad[j] = np.exp(y[j] - shift[j] - top)
+        z = 0.0
+        for j in range(K + 1):
             z += grad[j]
         loss = np.log(z) + top - (y[0] - shift[0])
         for j in range(K + 1):

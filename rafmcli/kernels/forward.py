@@ -302,9 +302,11 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def _map_row(a, b, ids, values, table, idx, val, at):
+def _map_row(a, b, ids, values, table, idx, val, at, V, w, width):
     """Entries a..b-1 of a row in internal ids (and their values) into idx, val from
     position ``at``; unseen ones are left out and their table entries marked UNSEEN_MET.
+    With ``width`` > 0 (a one-level model of that rank) each kept feature's linear weight
+    and factor lines are prefetched as it is found (:func:`prefetch_row` in the same pass).
     Returns the position after the last entry kept."""
     has_values = values.shape[0] > 0
     for k in range(a, b):
@@ -314,6 +316,13 @@ def _map_row(a, b, ids, values, table, idx, val, at):
             if has_values:
                 val[at] = values[k]
             at += 1
+            if width > 0:
+                prefetch(w, j)
+                line = np.uint64(j) * width  # V starts on a line; a row of width 16n is n lines
+                stop = line + width
+                while line < stop:
+                    prefetch_l2(V, line)
+                    line += LINE_FLOATS
         elif j == UNSEEN:  # two threads may both write: the same value
             table[ids[k]] = UNSEEN_MET
     return at
@@ -360,10 +369,12 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
     ``val``) and its factors prefetched, then row r is predicted from its buffer with
     :func:`predict_scores`'s row kernels."""
     slots = BY_ID_AHEAD + 1
+    one_level = np.uint64(widths[0]) if widths.shape[0] == 1 else np.uint64(0)  # prefetched by _map_row
     ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
     for r in range(first, min(first + BY_ID_AHEAD, stop)):
         at = (r - first) % slots * longest
-        ends[(r - first) % slots] = _map_row(indptr[r], indptr[r + 1], ids, values, table, idx, val, at)
+        ends[(r - first) % slots] = _map_row(indptr[r], indptr[r + 1], ids, values, table, idx, val, at, V, w,
+                                             np.uint64(0))
     used = 0
     for r in range(first, stop):
         ahead = r + BY_ID_AHEAD
@@ -372,8 +383,10 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
                 prefetch(table, ids[k])
         if ahead < stop:
             slot = (ahead - first) % slots
-            ends[slot] = _map_row(indptr[ahead], indptr[ahead + 1], ids, values, table, idx, val, slot * longest)
-            prefetch_row(slot * longest, ends[slot], idx, lev, widths, offsets, V, V[:0], w, w[:0])
+            ends[slot] = _map_row(indptr[ahead], indptr[ahead + 1], ids, values, table, idx, val, slot * longest,
+                                  V, w, one_level)
+            if not one_level:
+                prefetch_row(slot * longest, ends[slot], idx, lev, widths, offsets, V, V[:0], w, w[:0])
         slot = (r - first) % slots
         a, b = slot * longest, ends[slot]
         pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]

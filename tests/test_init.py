@@ -1,10 +1,13 @@
 """Factor initialisation (issue 11): float32 normal draws on every core, the
-same for any number of threads, with the normal law's moments and tails."""
+same for any number of threads, with the normal law's moments and tails; and
+the epochs' row order (kernels/random.py shuffled) against a plain-Python shuffle."""
 
+import itertools
 import math
 
 import numpy as np
 
+from rafmcli.kernels import random as R
 from rafmcli.kernels.random import CHUNK, fill_normal
 from rafmcli.model.layout import build
 
@@ -47,3 +50,61 @@ def test_build_draws_factors_from_the_seed():
     assert first.dtype == np.float32 and first.shape == (8000,)
     assert np.array_equal(first, factors(3)) and not np.array_equal(first, factors(4))
     assert abs(first.std() - 0.01) < 0.001
+
+
+M64 = (1 << 64) - 1
+
+
+def splitmix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def below(state, bound):
+    """Lemire's unbiased multiply-shift on SplitMix64's high 32 bits, in Python integers."""
+    while True:
+        state = (state + 0x9E3779B97F4A7C15) & M64
+        m = (splitmix(state) >> 32) * bound
+        if (m & 0xFFFFFFFF) >= (1 << 32) % bound:
+            return state, m >> 32
+
+
+def plain_shuffle(n, key):
+    order, state = list(range(n)), splitmix(key)
+    for i in range(n - 1, 0, -1):
+        state, j = below(state, i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def test_shuffled_is_the_plain_fisher_yates_shuffle():
+    for n, key in [(0, 1), (1, 2), (2, 3), (7, 4), (1000, 5), (1000, 2**63 - 1)]:
+        assert R.shuffled(n, key).tolist() == plain_shuffle(n, key)
+        assert R.shuffled(n, key).dtype == np.int64
+    assert R.shuffled(1000, 5).tolist() != R.shuffled(1000, 6).tolist()
+
+
+def test_below_redraws_the_biased_values():
+    """Near 2^32, 2^32 mod bound is a large share of the draws, so redraws happen often."""
+    for bound in (3 << 30, (1 << 32) - 5, 1 << 32, 1, 7):
+        state, py_state = np.uint64(11), 11
+        for _ in range(200):
+            state, value = R._below(np.uint64(state), np.uint64(bound))
+            py_state, py_value = below(py_state, bound)
+            assert (int(state), int(value)) == (py_state, py_value)
+            assert 0 <= value < bound
+
+
+def test_shuffled_draws_every_order_alike():
+    """The 24 orders of four items over 24,000 keys: chi-square with 23 degrees of freedom
+    below 49.7 (its 0.1% quantile is 49.73)."""
+    seen = {p: 0 for p in itertools.permutations(range(4))}
+    for key in range(24_000):
+        seen[tuple(R.shuffled(4, key).tolist())] += 1
+    assert sum((c - 1000) ** 2 / 1000 for c in seen.values()) < 49.7
+
+
+def test_shuffled_beyond_lemire_max_is_numpys_permutation(monkeypatch):
+    monkeypatch.setattr(R, "LEMIRE_MAX", 10)
+    assert R.shuffled(50, 3).tolist() == np.random.default_rng(3).permutation(50).tolist()

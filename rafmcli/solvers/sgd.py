@@ -14,6 +14,7 @@ import numpy as np
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.kernels import sgd as K
+from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
 from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_START, per_level
@@ -213,7 +214,7 @@ class Training:
         while not self.done and self.epoch < until:
             epoch = self.epoch + 1
             start = time.perf_counter()
-            order = self.rng.permutation(self.n_rows).astype(np.int64)
+            order = shuffled(self.n_rows, int(self.rng.integers(2**63)))
             train_loss = self.train_epoch(order, epoch)
             row = {"epoch": epoch, "seconds": time.perf_counter() - start, "train_loss": train_loss}
             validated = self.validate()

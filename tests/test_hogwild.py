@@ -285,6 +285,24 @@ def test_a_worker_claims_blocks_beyond_its_own_range(planted):
     assert claims[0] == -(-n // BLOCK_ROWS) + 1
 
 
+SEEDS = (0, 1, 2, 3)  # Hogwild is not deterministic: its metrics are compared as means over these seeds
+
+
+def mean_metrics(train_set, test_set, threads, check=None, **options):
+    """Test (AUC, log loss) of a model trained on ``threads`` threads, each the mean over SEEDS
+    (one run's AUC moves by about 0.004 with the seed against one thread's, by 0.015 at worst);
+    ``check(model)`` is called on each model."""
+    found = []
+    for seed in SEEDS:
+        opts = Options(task="c", threads=threads, iters=8, early_stop=0, holdout=0.0, seed=seed, **options)
+        model, _ = train(train_set, opts, progress=False, quiet=True)
+        if check is not None:
+            check(model)
+        metrics = evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])
+        found.append((metrics["auc"], metrics["logloss"]))
+    return tuple(np.mean(found, axis=0))
+
+
 def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch, threads_on_small_data):
     """FM whose factors exceed SPARE_MAX_BYTES trains plain Hogwild with the serial row loop:
     no spare arrays, and two threads learn as well as one, log loss too (each worker's bias is
@@ -293,17 +311,11 @@ def test_fm_too_large_for_spare_rows_trains_plain_hogwild(planted, monkeypatch, 
 
     monkeypatch.setattr(hogwild, "SPARE_MAX_BYTES", 0)
     train_set, test_set = planted
-    aucs = []
-    for threads in (1, 2):
-        opts = Options(task="c", model="fm", ranks=(4,), method="adagrad", iters=8, threads=threads,
-                       learn_rate=0.05, early_stop=0, holdout=0.0)
-        assert Training(train_set, opts).spare is None
-        model, _ = train(train_set, opts, progress=False, quiet=True)
-        found = evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])
-        aucs.append((found["auc"], found["logloss"]))
-    (auc1, loss1), (auc2, loss2) = aucs
-    assert min(auc1, auc2) > 0.75 and auc2 > auc1 - 0.015, aucs
-    assert abs(loss2 - loss1) < 0.005, aucs
+    options = dict(model="fm", ranks=(4,), method="adagrad", learn_rate=0.05)
+    assert Training(train_set, Options(task="c", threads=2, **options)).spare is None
+    (auc1, loss1), (auc2, loss2) = (mean_metrics(train_set, test_set, threads, **options) for threads in (1, 2))
+    assert min(auc1, auc2) > 0.75 and auc2 > auc1 - 0.008, (auc1, auc2)
+    assert abs(loss2 - loss1) < 0.008, (loss1, loss2)
 
 
 def test_spare_rows_only_for_small_fm_models():
@@ -330,20 +342,19 @@ def test_spare_rows_only_for_small_fm_models():
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])
 def test_threads_learn_as_well_as_one(planted, kind, ranks, method, threads_on_small_data):
-    """2 and 3 threads learn as well as one: test AUC at most 0.015 below one thread's (Hogwild is
-    not deterministic: with two free cores the spread between runs is about 0.01), all far above chance."""
+    """2 and 3 threads learn as well as one: mean test AUC over SEEDS at most 0.008 below one
+    thread's, all far above chance; the trained model owns its rows."""
     train_set, test_set = planted
-    aucs = []
-    for threads in (1, 2, 3):
-        opts = Options(task="c", model=kind, ranks=ranks, method=method, iters=8, threads=threads,
-                       learn_rate=0.05 if method == "adagrad" else 0.02, early_stop=0, holdout=0.0)
-        model, _ = train(train_set, opts, progress=False, quiet=True)
-        for arr in (model.V, model.w):  # its own rows, not views of the workers' spare arrays
+
+    def owns_its_rows(model):  # not views of the workers' spare arrays
+        for arr in (model.V, model.w):
             owner = arr if arr.base is None else arr.base
             assert owner.nbytes <= arr.nbytes + 64
-        aucs.append(evaluate("c", test_set.labels, predict_dataset(model, test_set)[0])["auc"])
+
+    aucs = [mean_metrics(train_set, test_set, threads, owns_its_rows, model=kind, ranks=ranks, method=method,
+                         learn_rate=0.05 if method == "adagrad" else 0.02)[0] for threads in (1, 2, 3)]
     assert min(aucs) > 0.75, aucs
-    assert min(aucs[1:]) > aucs[0] - 0.015, aucs
+    assert min(aucs[1:]) > aucs[0] - 0.008, aucs
 
 
 def test_threads_for_work(monkeypatch):

@@ -100,12 +100,19 @@ def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
         for l in range(top_level(lev, i, m) + 1):
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
-            line = start - start % LINE_FLOATS  # V starts on a line (model.aligned_zeros)
-            while line < stop:
-                prefetch_l2(V, line)
-                if accV1.shape[0]:
-                    prefetch_l2(accV1, line)
-                line += LINE_FLOATS
+            prefetch_lines(V, start, stop)
+            if accV1.shape[0]:
+                prefetch_lines(accV1, start, stop)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def prefetch_lines(arr, start, stop):
+    """:data:`prefetch_l2` every 64-byte line of arr[start:stop] (unsigned; ``arr`` starts on a
+    line, model.aligned_zeros, so the first line starts at ``start`` rounded down)."""
+    line = start - start % LINE_FLOATS
+    while line < stop:
+        prefetch_l2(arr, line)
+        line += LINE_FLOATS
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -318,11 +325,8 @@ def _map_row(a, b, ids, values, table, idx, val, at, V, w, width):
             at += 1
             if width > 0:
                 prefetch(w, j)
-                line = np.uint64(j) * width  # V starts on a line; a row of width 16n is n lines
-                stop = line + width
-                while line < stop:
-                    prefetch_l2(V, line)
-                    line += LINE_FLOATS
+                start = np.uint64(j) * width
+                prefetch_lines(V, start, start + width)
         elif j == UNSEEN:  # two threads may both write: the same value
             table[ids[k]] = UNSEEN_MET
     return at

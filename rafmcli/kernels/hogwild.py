@@ -30,10 +30,9 @@ from numba import njit
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
-    LINE_FLOATS,
     pairwise_from_sums,
     prefetch,
-    prefetch_l2,
+    prefetch_lines,
     row_scratch,
     row_start,
     sigmoid,
@@ -73,7 +72,7 @@ HOT_SAMPLE = 4096  # rows whose features decide which are hot
 HOT_SHARE = 1 / 512  # a hot feature is in at least this share of them (replica-aware loop: it merges only the
 # copies a worker touched, so a low share costs little; at 1/128 both threads kept writing the rows of features
 # seen every few hundred rows, RaFM's rank-8 rows two to a cache line)
-SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose copies cost only their merges
+SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose merges visit every copy, touched or not
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges
 MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fewer rows between them)
@@ -94,12 +93,9 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
         for l in range(top_level(lev, i, m) + 1):
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
-            line = start - start % LINE_FLOATS
-            while line < stop:
-                prefetch_l2(V, line)
-                if accV1.shape[0]:
-                    prefetch_l2(accV1, line)
-                line += LINE_FLOATS
+            prefetch_lines(V, start, stop)
+            if accV1.shape[0]:
+                prefetch_lines(accV1, start, stop)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)

@@ -124,6 +124,8 @@ def shuffled(n, key):
 
 @njit(cache=True, nogil=True)
 def _shuffle(order, key):
+    """Shuffle ``order`` in place: for i = n-1 .. 1, swap order[i] with order[j], j uniform in
+    [0, i] (:func:`_below` on the stream of ``key``)."""
     state = _mix(np.uint64(key))
     for i in range(order.shape[0] - 1, 0, -1):
         state, j = _below(state, np.uint64(i + 1))

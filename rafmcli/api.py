@@ -357,9 +357,10 @@ class _FMEstimator:
                 opts = dataclasses.replace(opts, reg_factors=tuple(saved_regular[2:]))
         from rafmcli.solvers.sgd import race_choices, train
 
-        # as rafm train without --regular, --learn-rate
-        plan = race_choices(data, opts, l2=self.reg_factors is None, rate=self.learn_rate is None)
-        extra = {"init": init, "race_plan": plan if init is None else None}
+        # as rafm train without --regular, --learn-rate (a race validates)
+        plan = None if init is not None or valid is None else race_choices(
+            data, opts, l2=self.reg_factors is None, rate=self.learn_rate is None)
+        extra = {"init": init, "race_plan": plan}
 
         def echo(message):
             print(message, file=sys.stderr)

@@ -474,7 +474,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         else:
             model, _ = run_training(data, opts, validation=valid, levels_override=levels_override,
                                     rlog=log, quiet=quiet, echo=echo, groups=assignment, init=init,
-                                    race_plan=None if init is not None
+                                    race_plan=None if init is not None or valid is None  # races validate
                                     else race_choices(data, opts, l2=not _given(ctx, "regular"),
                                                       rate=not _given(ctx, "learn_rate")))
         if save_model:

@@ -71,7 +71,7 @@ from rafmcli.kernels.sgd import (
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
 HOT_SHARE = 1 / 512  # a hot feature is in at least this share of them (replica-aware loop: it merges only the
 # copies a worker touched, so a low share costs little; at 1/128 both threads kept writing the rows of features
-# seen every few hundred rows, RaFM's rank-8 rows two to a cache line)
+# seen every few hundred rows)
 SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose merges visit every copy, touched or not
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges

@@ -378,7 +378,7 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
     for r in range(first, min(first + BY_ID_AHEAD, stop)):
         at = (r - first) % slots * longest
         ends[(r - first) % slots] = _map_row(indptr[r], indptr[r + 1], ids, values, table, idx, val, at, V, w,
-                                             np.uint64(0))
+                                             one_level)
     used = 0
     for r in range(first, stop):
         ahead = r + BY_ID_AHEAD

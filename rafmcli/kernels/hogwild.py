@@ -35,7 +35,6 @@ from rafmcli.kernels.forward import (
     prefetch_lines,
     row_scratch,
     row_start,
-    sigmoid,
     top_level,
 )
 from rafmcli.kernels.replicas import Replicas
@@ -43,7 +42,6 @@ from rafmcli.kernels.sgd import (
     _TRAINERS,
     ADAGRAD,
     ADAM,
-    AUTHORS,
     CHUNK_ROWS,
     GRADIENT,
     H_BETA1,
@@ -59,10 +57,11 @@ from rafmcli.kernels.sgd import (
     PAPER,
     PREFETCH_AHEAD,
     SGD,
-    TASK_REGRESSION,
     _step,
     _step_factors,
+    distillation_terms,
     gather_rows,
+    level_coefficients,
     loss_gradient,
     no_replicas,
     step_rates,
@@ -319,35 +318,11 @@ def _make_trainer(method):
             lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step0 + pos + 1)
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
-            g_lin = g
-            for p in range(m):
-                a_free[p] = g
-            if nested and row_top > 0:
-                for p in range(row_top):
-                    if task == TASK_REGRESSION:
-                        d[p] = B[p] - B[p + 1]
-                    else:
-                        d[p] = sigmoid(lin + B[p]) - sigmoid(lin + B[p + 1])
-                if variant == PAPER:
-                    for p in range(row_top):
-                        a_dep[p] = d[p]
-                        b_dep[p] = 0.0
-                elif variant == AUTHORS:
-                    lr_dep = lr_step
-                    for p in range(row_top):
-                        a_dep[p] = dep_weight * d[p]
-                        b_dep[p] = g
-                        g_lin += dep_weight * d[p]
-                else:
-                    lr_dep = lr_step
-                    tail = 0.0  # Sum_{q >= p} d[q]
-                    for p in range(row_top, -1, -1):
-                        a_free[p] = g + dep_weight * tail
-                        if p < row_top:
-                            a_dep[p] = dep_weight * d[p]
-                            b_dep[p] = g + dep_weight * (tail - d[p])
-                        if p > 0:
-                            tail += d[p - 1]
+            n_dep = row_top if nested else 0
+            distillation_terms(task, lin, B, 0, n_dep, d)
+            g_lin = level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep, 0)
+            if n_dep > 0 and variant != PAPER:
+                lr_dep = lr_step
             # bias and linear weights
             _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
                   method, beta1, beta2, eps)

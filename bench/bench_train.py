@@ -33,10 +33,13 @@ CONFIGS = [
     ("FM(64) sgd", "fm", (64,), "sgd", 2),
     ("FM(64) adagrad", "fm", (64,), "adagrad", 1),
     ("FM(64) adagrad", "fm", (64,), "adagrad", 2),
+    ("FM(64) rowwise-adagrad", "fm", (64,), "rowwise-adagrad", 1),
+    ("FM(64) rowwise-adagrad", "fm", (64,), "rowwise-adagrad", 2),
     ("FM(512) adagrad", "fm", (512,), "adagrad", 1),
     ("DiFacto{32,512} adagrad", "difacto", (32, 512), "adagrad", 1),
     ("RaFM{32,512} adagrad", "rafm", (32, 512), "adagrad", 1),
     ("RaFM{32,512} adagrad", "rafm", (32, 512), "adagrad", 2),
+    ("RaFM{32,512} rowwise-adagrad", "rafm", (32, 512), "rowwise-adagrad", 1),
 ]
 
 

@@ -366,12 +366,12 @@ class _FMEstimator:
             print(message, file=sys.stderr)
 
         if init is not None and opts.method == "sgda":
-            raise ValueError("warm_start continues method sgd, adagrad or adam, not sgda")
+            raise ValueError(f"warm_start continues method {', '.join(table.STEP_METHODS)}, not sgda")
         if opts.method in ("als", "mcmc"):
             from rafmcli.solvers.coordinate import train as coordinate_train
 
             if init is not None:
-                raise ValueError(f"warm_start continues method sgd, adagrad or adam, not {opts.method}")
+                raise ValueError(f"warm_start continues method {', '.join(table.STEP_METHODS)}, not {opts.method}")
             extra = {}
 
             def train(*args, **kwargs):
@@ -616,8 +616,8 @@ class FMImplicit(_FMEstimator):
 
     def options(self):
         """The Options of ``rafm train --task implicit`` with these parameters."""
-        if self.method is not None and self.method not in ("sgd", "adagrad", "adam"):
-            raise ValueError(f"implicit training uses method sgd, adagrad or adam, not {self.method!r}")
+        if self.method is not None and self.method not in table.STEP_METHODS:
+            raise ValueError(f"implicit training uses method {', '.join(table.STEP_METHODS)}, not {self.method!r}")
         opts = super().options()
         given = {name: getattr(self, name) for name in IMPLICIT_ONLY if getattr(self, name) is not None}
         if "negative_groups" in given:

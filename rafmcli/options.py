@@ -24,7 +24,7 @@ class Options:
     ranks: tuple | None = None  # None: from the training rows' frequency histogram (ranksets.choose)
     method: str = "adagrad"
     iters: int = 100
-    learn_rate: float = 0.05  # sgd, adagrad; METHOD_DEFAULTS for others; raced (RATE_STEPS below)
+    learn_rate: float = 0.05  # adagrad, rowwise-adagrad; METHOD_DEFAULTS for others; raced (RATE_STEPS below)
     dependent_rate: float | None = None
     variant: str = "cascade"
     dependent_weight: float = 1.0
@@ -76,7 +76,7 @@ EMBED_LEVEL = "all"
 # still improving. Without validation rows, or with als/mcmc/sgda, it uses reg_factors and
 # learn_rate (METHOD_DEFAULTS) as they are.
 L2_CHOICES = (0.001, 0.01, 0.1)
-RATE_STEPS = {"sgd": (0.5, 1.0, 2.0), "adagrad": (0.5, 1.0, 2.0),
+RATE_STEPS = {"sgd": (0.5, 1.0, 2.0), "adagrad": (0.5, 1.0, 2.0), "rowwise-adagrad": (0.5, 1.0, 2.0),
               "adam": (1.0, 3.0, 10.0)}  # Adam at the authors' 0.001 is slow for per-row steps
 RACE_FIRST_RUNG_SHARE = 0.1  # as rafm tune's first rung (solvers/tune.FIRST_RUNG_SHARE)
 RACE_KEEP = 1 / 3
@@ -87,8 +87,11 @@ RACE_MAX_PARAMS = 150_000_000  # parameters of all the raced models at once; abo
 # From 0 every coordinate a row first touches moved by lr * sign(g), a full step whatever
 # the gradient (5x the init stdev at the default rate), which rare features never recover.
 ADAGRAD_START = 1.0
+ADAGRAD_METHODS = ("adagrad", "rowwise-adagrad")  # their sums start at ADAGRAD_START
+# stochastic-gradient methods with lazy per-row steps (kernels/sgd.py): they race, tune and train implicit data
+STEP_METHODS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
 
-# Defaults that differ by --method; the dataclass holds those of sgd, adagrad and adam.
+# Defaults that differ by --method; the dataclass holds those of adagrad and rowwise-adagrad.
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc
 # start from libFM's init_stdev; als's L2 weights are prior precisions (added once per
 # parameter, as libFM's ALS), not per occurrence; mcmc averages its samples rather than
@@ -110,6 +113,7 @@ _UNGROUPED = ("burn_in", "keep_samples", "keep_means", "auto_groups", "shared_pr
 METHOD_IGNORES = {
     "sgd": _UNGROUPED,
     "adagrad": _UNGROUPED,
+    "rowwise-adagrad": _UNGROUPED,
     "adam": _UNGROUPED,
     "als": _SGD_ONLY + ("burn_in", "keep_samples", "keep_means", "shared_precision"),
     "mcmc": _SGD_ONLY + ("regular", "early_stop"),

@@ -35,7 +35,7 @@ def write_rows(path, rows):
 REPEATED = [(1, [(0, 1), (1, 0.5), (2, 1), (3, 2)])] * 6
 
 
-@pytest.mark.parametrize("method", ["adagrad", "adam"])
+@pytest.mark.parametrize("method", ["adagrad", "adam", "rowwise-adagrad"])
 def test_two_runs_with_state_equal_one_run(tmp_path, method):
     data = write_rows(tmp_path / "rows.libfm", REPEATED)
     common = ["--task", "c", "--no-bias", "--ranks", "2,4", "--train", data, "--holdout", "0",
@@ -193,3 +193,33 @@ def test_new_features_state_starts_as_a_fresh_runs(method):
     for k, a in enumerate((grown.state.V1, grown.state.V2)):
         if a.shape[0]:
             np.testing.assert_array_equal(a[new_rows], fresh[k][new_rows])
+
+
+def test_rowwise_sums_move_with_their_rows():
+    """Row-wise AdaGrad keeps one sum a factor row (Model.rowwise_index): extending the model
+    moves each known row's sum to the row's new place; new rows' sums start as a fresh run's."""
+    from rafmcli.model.layout import OptimizerState, build, extend
+    from rafmcli.options import ADAGRAD_START
+    from rafmcli.solvers.sgd import optimizer_state
+
+    rng = np.random.default_rng(3)
+    model = build("rafm", "r", (2, 4), np.array([5, 9, 7]), np.array([2, 1, 2]), 0.1, rng, 0.0, (0.0, 1.0))
+    state = list(optimizer_state("rowwise-adagrad", model))
+    assert state[0].shape[0] == model.V.shape[0] // 2 < model.V.shape[0]
+    state[0] = np.arange(state[0].shape[0], dtype=np.float32) + 10  # every sum told apart
+    model.state = OptimizerState("rowwise-adagrad", *state, steps=3)
+    grown = extend(model, np.array([9, 5, 11, 12]), np.array([1, 2, 2, 1]), 0.1, rng, (0.0, 1.0))
+    sums = grown.state.V1
+    assert sums.shape[0] == grown.rowwise_size
+    moved = set()
+    for level in (1, 2):
+        for j_old, i in enumerate(model.feature_ids):
+            if model.levels[j_old] >= level:
+                j = int(np.flatnonzero(grown.feature_ids == i)[0])
+                at = grown.rowwise_index(level, [j])[0]
+                assert sums[at] == state[0][model.rowwise_index(level, [j_old])[0]]
+                moved.add(int(at))
+    rows = {int(grown.rowwise_index(level, [j])[0]) for level in (1, 2)
+            for j in range(grown.w.shape[0]) if grown.levels[j] >= level}
+    assert len(rows) == int(grown.sizes.sum())  # no two rows share a sum
+    assert all(sums[r] == ADAGRAD_START for r in rows - moved)

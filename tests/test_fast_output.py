@@ -174,7 +174,9 @@ def test_prediction_buffers_grow_with_the_rows_of_later_chunks(tmp_path):
     exec(GROWING_ROWS, setup)
     want = P.margin_rows(setup["model"], P.kernel_rows(setup["model"], setup["data"]))
     for got in np.load(out):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)  # bounds checks change vectorisation
+        # bounds checks change vectorisation, so float32 sums may round in another order (on AVX2
+        # machines they do; with AVX-512 they did not): equal to float32 rounding, far from a wrong row
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 def test_ids_too_sparse_for_a_table_are_predicted_through_mapped_rows():

@@ -45,7 +45,8 @@ def planted(tmp_path_factory):
     return read_dataset(str(folder / "train")), read_dataset(str(folder / "test"))
 
 
-@pytest.mark.parametrize("kind,ranks,method", [("fm", (8,), "adagrad"), ("rafm", (2, 8), "adam")])
+@pytest.mark.parametrize("kind,ranks,method", [("fm", (8,), "adagrad"), ("rafm", (2, 8), "adam"),
+                                               ("rafm", (2, 8), "rowwise-adagrad")])
 def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, method):
     """Replicas merged every few rows by one worker change nothing: the model after an
     epoch equals the serial kernel's (up to float rounding of the merges)."""
@@ -90,7 +91,7 @@ def fm_with_rows(data, method, seed):
     return rng, model, (rows[0], rows[1], rows[2], data.labels.astype(np.float64)), optimizer_state(method, model)
 
 
-@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam", "rowwise-adagrad"])
 def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
     """FM's worker runs the serial row loop with hot features' ids rewritten to its replica rows
     (spare rows after the model's own): one worker merging every 37 rows gives the serial

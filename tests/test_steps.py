@@ -10,7 +10,9 @@ The chain, each link checked against the one before, all references float64
    ``naive.optimizer_step`` of that gradient, from a random mid-training
    optimizer state (a fresh Adam state makes the first step lr sign(g), blind
    to the gradient's size), with L2, values != 1 and rho_d != rho_f; and the
-   first AdaGrad step from a fresh state, whose sums start at ADAGRAD_START.
+   first AdaGrad step from a fresh state, whose sums start at ADAGRAD_START;
+4. one row-wise AdaGrad step: each touched factor row's one sum grows by the mean of
+   its squared reference gradient and the row steps on it.
 """
 
 import numpy as np
@@ -29,7 +31,7 @@ STEP0 = 6  # the row is optimizer step 7 (Adam's bias correction)
 IDS = np.array([0, 1, 4, 6, 8, 10])  # internal ids: levels 3, 3, 2, 2, 1, 1 below
 VALS = np.array([1.5, -0.5, 2.0, 0.75, -1.25, 0.6])
 LEVELS = np.array([3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1])
-METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM}
+METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "rowwise-adagrad": K.ROWWISE}
 VARIANTS = {"paper": K.PAPER, "authors": K.AUTHORS, "cascade": K.CASCADE}
 # every model, and RaFM with every variant, with two and three levels
 CASES = [("fm", (4,), "paper"), ("difacto", (2, 3, 5), "paper")] + [
@@ -225,6 +227,51 @@ def test_one_row_step_equals_closed_form(task, method, kind, ranks, variant):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
 
 
+def rowwise_expected(model, state, grads, variant):
+    """Closed-form row-wise AdaGrad step, float64: (w0, w, V, bias sum, w sums, row sums, rows touched).
+    A factor row v of a feature in the row: G += mean_f g_f^2, v -= lr g / (sqrt(G) + eps), G at
+    Model.rowwise_index; the bias and each linear weight take AdaGrad's step (a row of one)."""
+    d0, dw, dV = grads
+    w0, (s0,) = optimizer_step("adagrad", model.w0, d0, LR, (np.float64(state[4][0]),), 0, BETA1, BETA2, EPS)
+    w, sw = model.w.astype(np.float64), state[2].astype(np.float64)
+    w[IDS], (sw[IDS],) = optimizer_step("adagrad", w[IDS], dw[IDS], LR, (sw[IDS],), 0, BETA1, BETA2, EPS)
+    V, G = model.V.astype(np.float64), state[0].astype(np.float64)
+    dependent = dependent_mask(model)
+    touched = 0
+    for level in range(1, len(model.ranks) + 1):
+        width, offset = int(model.widths[level - 1]), int(model.offsets[level - 1])
+        for i in IDS[model.levels[IDS] >= level]:
+            cols = offset + i * width + np.arange(width)
+            r = model.rowwise_index(level, [i])[0]
+            G[r] += np.mean(dV[cols] ** 2)
+            lr = LR_DEP if dependent[cols[0]] and variant == "paper" else LR
+            V[cols] -= lr * dV[cols] / (np.sqrt(G[r]) + EPS)
+            touched += 1
+    return w0, w, V, s0, sw, G, touched
+
+
+@pytest.mark.parametrize("task", ["r", "c"])
+@pytest.mark.parametrize("kind,ranks,variant", CASES)
+def test_rowwise_adagrad_step_equals_closed_form(task, kind, ranks, variant):
+    model = make_model(kind, ranks, task)
+    y = label(task)
+    grads = row_gradient(model, IDS, VALS, y, variant, WEIGHT, (REG[0], REG[1], reg_levels(len(ranks))))
+    rng, empty = np.random.default_rng(9), np.zeros(0, np.float32)
+    state = (rng.uniform(0.05, 1.0, model.rowwise_size).astype(np.float32), empty,
+             rng.uniform(0.05, 1.0, model.w.shape[0]).astype(np.float32), empty, np.array([rng.uniform(0.05, 1.0), 0]))
+    w0, w, V, s0, sw, G, touched = rowwise_expected(model, state, grads, variant)
+    before = state[0].copy()
+    old = (model.w0, model.w.astype(np.float64), model.V.astype(np.float64))
+    kernel_run(model, y, variant, K.ROWWISE, state)
+    assert model.w0 - old[0] == pytest.approx(w0 - old[0], rel=1e-4, abs=1e-9)
+    np.testing.assert_allclose(model.w - old[1], w - old[1], rtol=1e-3, atol=1e-7)
+    np.testing.assert_allclose(model.V - old[2], V - old[2], rtol=1e-3, atol=1e-7)
+    assert state[4][0] == pytest.approx(s0, rel=1e-5)
+    np.testing.assert_allclose(state[2], sw, rtol=1e-5)
+    np.testing.assert_allclose(state[0], G, rtol=1e-5)
+    assert np.count_nonzero(state[0] != before) == touched
+
+
 @pytest.mark.parametrize("side", ["above", "below"])
 def test_regression_prediction_clipped_in_training(side):
     """Training steps on g = clip(y_hat, target range) - y, as libFM: a row whose raw
@@ -248,7 +295,7 @@ def test_regression_prediction_clipped_in_training(side):
     np.testing.assert_allclose(model.V, V, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam"])
+@pytest.mark.parametrize("method", ["sgd", "adagrad", "adam", "rowwise-adagrad"])
 @pytest.mark.parametrize("task", ["r", "c"])
 def test_one_level_trains_as_the_level_machinery_does(task, method):
     """An FM epoch (one level: forward.fm_sums) against the same model with a second, empty

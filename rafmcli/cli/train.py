@@ -18,7 +18,7 @@ from rafmcli.cli.options import (
     warn_unseen,
 )
 from rafmcli.options import DEFAULTS as D
-from rafmcli.options import L2_CHOICES, MAX_RANK, METRICS, VARIANTS
+from rafmcli.options import L2_CHOICES, MAX_RANK, METRICS, STEP_METHODS, VARIANTS
 
 
 def _nonempty(data):
@@ -88,7 +88,7 @@ def _warn_thin_levels(data, model_kind, ranks, levels_override):
 def _method_rates():
     from rafmcli.options import RATE_STEPS, method_default
 
-    rates = ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in ("sgd", "adagrad", "adam", "sgda"))
+    rates = ", ".join(f"{method_default(m, 'learn_rate'):g} for {m}" for m in (*STEP_METHODS, "sgda"))
     steps = "; ".join(f"{_shown(s)} times for {', '.join(m for m in RATE_STEPS if RATE_STEPS[m] == s)}"
                       for s in dict.fromkeys(RATE_STEPS.values()))
     return f"{rates}; with validation rows raced with the pairwise L2 at {steps}"
@@ -195,10 +195,12 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "histogram, printed with the reason]")
 @click.option("--levels", "levels_file", type=click.Path(dir_okay=False),
               help="File of 'feature level' lines overriding the Eq. 17 level k_i of those features.")
-@click.option("--method", type=click.Choice(["sgd", "adagrad", "adam", "sgda", "als", "mcmc"]), default=D.method,
+@click.option("--method", type=click.Choice([*STEP_METHODS, "sgda", "als", "mcmc"]), default=D.method,
               show_default=True,
-              help="sgd, adagrad, adam: stochastic gradients (adagrad and adam update lazily, only the rows a "
-                   "sample touches); sgda: SGD whose L2 weights are learnt on the validation rows (libFM's); "
+              help="sgd, adagrad, rowwise-adagrad, adam: stochastic gradients (adagrad and adam update lazily, "
+                   "only the rows a sample touches; rowwise-adagrad keeps one AdaGrad sum a factor row, the mean "
+                   "of its squared gradients, not one a factor); sgda: SGD whose L2 weights are learnt on the "
+                   "validation rows (libFM's); "
                    "als: coordinate descent, each parameter set to its exact minimiser; mcmc: Bayesian FM by "
                    "Gibbs sampling with hyperpriors (libFM's default), predictions averaged over the chain, no "
                    "learning rate or regularisation to tune.")
@@ -229,10 +231,10 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
               default=_shown((D.reg_bias, D.reg_linear) + D.reg_factors), show_default=True,
               help="L2 regularisation r0,r1,r2: bias, linear, pairwise; r2 may be one value per level "
                    "(r0,r1,r2_1,...,r2_m); with --meta, one value per group (r0,r1_1..r1_G,r2_1..r2_G) "
-                   "or r2 per group and level. sgd, adagrad, adam: applied when a feature occurs; "
-                   "als: prior precisions, added once (libFM's ALS).  [als: 0,10,10; sgd, adagrad, adam with "
-                   f"validation rows: the pairwise L2 raced among {_shown(L2_CHOICES)} on them, with the learning "
-                   "rate]")
+                   "or r2 per group and level. sgd, adagrad, rowwise-adagrad, adam: applied when a feature "
+                   "occurs; als: prior precisions, added once (libFM's ALS).  [als: 0,10,10; sgd, adagrad, "
+                   f"rowwise-adagrad, adam with validation rows: the pairwise L2 raced among "
+                   f"{_shown(L2_CHOICES)} on them, with the learning rate]")
 @click.option("--init-stdev", type=FiniteFloatRange(0), default=D.init_stdev, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
@@ -328,7 +330,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         if task == "implicit":
             raise click.UsageError("--init-model continues r and c models; implicit ones start afresh")
         if method in ("als", "mcmc", "sgda"):
-            raise click.UsageError(f"--init-model continues --method sgd, adagrad or adam, not {method}")
+            raise click.UsageError(f"--init-model continues --method {', '.join(STEP_METHODS)}, not {method}")
         init = model_files.load(init_model, text_ok=True)
         given = click.get_current_context().get_parameter_source("model_kind").name != "DEFAULT"
         model_kind, ranks = continued.settle(init, init_model, task, model_kind if given else None,
@@ -358,7 +360,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     coordinate = method in ("als", "mcmc")
     grouped = coordinate or method == "sgda"  # methods with per-group priors or L2 weights
     if (grouped or method == "sgda") and task == "implicit":
-        raise click.UsageError(f"--task implicit trains with sgd, adagrad or adam, not --method {method}")
+        raise click.UsageError(f"--task implicit trains with {', '.join(STEP_METHODS)}, not --method {method}")
     if meta and not grouped and task != "implicit":
         raise click.UsageError("--meta applies to --method sgda, als and mcmc and to --task implicit")
     if method == "mcmc" and burn_in is not None and burn_in >= iters:

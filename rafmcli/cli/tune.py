@@ -19,9 +19,9 @@ from rafmcli.cli.options import (
     read,
 )
 from rafmcli.options import DEFAULTS as D
-from rafmcli.options import METRICS, MODELS
+from rafmcli.options import METRICS, MODELS, STEP_METHODS
 
-TUNE_METHODS = ("sgd", "adagrad", "adam", "als", "mcmc")
+TUNE_METHODS = (*STEP_METHODS, "als", "mcmc")
 
 
 def _cores():
@@ -64,8 +64,8 @@ class ModelList(click.ParamType):
               help="Validation metric that ranks the trials and stops each one early.  "
                    "[default: rmse for r, logloss for c]")
 @click.option("--method", type=click.Choice(TUNE_METHODS), default=D.method, show_default=True,
-              help="Method of every trial. sgd, adagrad, adam: L2 and the learning rate (around the method's "
-                   "default) are searched; als: L2 and init stdev; mcmc: init stdev (it draws its "
+              help="Method of every trial. sgd, adagrad, rowwise-adagrad, adam: L2 and the learning rate "
+                   "(around the method's default) are searched; als: L2 and init stdev; mcmc: init stdev (it draws its "
                    "regularisation); ranks always, and RaFM's variant and rho_d (sgd methods) or its "
                    "distillation weight c (als, mcmc).")
 @click.option("--top-rank", type=click.IntRange(1, 2**31 - 1),

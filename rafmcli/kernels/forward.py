@@ -83,15 +83,25 @@ def row_start(offsets, widths, l, i):
     return np.uint64(offsets[l]) + np.uint64(i) * np.uint64(widths[l])
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def row_unit(widths):
+    """Row-wise AdaGrad's state of the factor row at V[start] is at start // unit, unit the
+    narrowest level's width: rows are disjoint and at least unit wide, so no two share an
+    entry, and the state needs V's size // unit entries (FM: one a feature)."""
+    return np.uint64(widths.min())
+
+
 @njit(cache=True, error_model="numpy")
 def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
     """Prefetch the factor rows and linear weights (and their AdaGrad/Adam state) a row will touch.
 
     Called PREFETCH_AHEAD rows ahead: random rows of a large model otherwise
     stall on memory for most of their time. One hint per 64-byte line, factor
-    lines into the level-2 cache (:data:`prefetch_l2`).
+    lines into the level-2 cache (:data:`prefetch_l2`); a row-wise state (smaller
+    than V) has one entry a row (:func:`row_unit`).
     """
     m = widths.shape[0]
+    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
     for k in range(a, b):
         i = indices[k]
         prefetch(w, i)
@@ -101,7 +111,9 @@ def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
             prefetch_lines(V, start, stop)
-            if accV1.shape[0]:
+            if rowwise:
+                prefetch_l2(accV1, start // unit)
+            elif accV1.shape[0]:
                 prefetch_lines(accV1, start, stop)
 
 

@@ -32,9 +32,11 @@ from rafmcli.kernels.forward import (
     FAST,
     pairwise_from_sums,
     prefetch,
+    prefetch_l2,
     prefetch_lines,
     row_scratch,
     row_start,
+    row_unit,
     top_level,
 )
 from rafmcli.kernels.replicas import Replicas
@@ -56,6 +58,7 @@ from rafmcli.kernels.sgd import (
     H_REG1,
     PAPER,
     PREFETCH_AHEAD,
+    ROWWISE,
     SGD,
     _step,
     _step_factors,
@@ -82,6 +85,7 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
     """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
     in the worker's replica, already in cache."""
     m = widths.shape[0]
+    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
     for k in range(a, b):
         i = indices[k]
         if hot[i] >= 0:
@@ -93,7 +97,9 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
             prefetch_lines(V, start, stop)
-            if accV1.shape[0]:
+            if rowwise:
+                prefetch_l2(accV1, start // unit)
+            elif accV1.shape[0]:
                 prefetch_lines(accV1, start, stop)
 
 
@@ -185,6 +191,7 @@ def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, st
     Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b = replica
     m = widths.shape[0]
     stride = soff[m]
+    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
     for k in range(n_slots):
         s = slots[k]
         i = hot_ids[s]
@@ -193,7 +200,9 @@ def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, st
             h = np.uint64(s) * np.uint64(stride) + np.uint64(soff[l])
             width = np.uint64(widths[l])
             _merge(V, g, Vh, Vb, h, width)
-            if accV1.shape[0]:
+            if rowwise:
+                _merge(accV1, g // unit, A1h, A1b, h // unit, 1)
+            elif accV1.shape[0]:
                 _merge(accV1, g, A1h, A1b, h, width)
             if accV2.shape[0]:
                 _merge(accV2, g, A2h, A2b, h, width)
@@ -214,7 +223,8 @@ def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
     accV1, accV2, accw1, accw2 = state[0], state[1], state[2], state[3]
     n, stride = hot_ids.shape[0], soff[widths.shape[0]]
 
-    nv, n1, n2 = n * stride, n * stride if accV1.shape[0] else 0, n * stride if accV2.shape[0] else 0
+    nv, n2 = n * stride, n * stride if accV2.shape[0] else 0
+    n1 = 0 if not accV1.shape[0] else nv if accV1.shape[0] == V.shape[0] else nv // row_unit(widths)
     Vh, Vb = np.zeros(nv, dtype=V.dtype), np.zeros(nv, dtype=V.dtype)
     A1h, A1b = np.zeros(n1, dtype=V.dtype), np.zeros(n1, dtype=V.dtype)
     A2h, A2b = np.zeros(n2, dtype=V.dtype), np.zeros(n2, dtype=V.dtype)
@@ -268,6 +278,7 @@ def _make_trainer(method):
         m = widths.shape[0]
         has_values = values.shape[0] > 0
         soff, S, T, Q, R, B = row_scratch(widths)
+        unit = row_unit(widths)
         a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
         a_dep = np.zeros(m)    # the same for a dependent level l < k_i
         b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
@@ -350,18 +361,18 @@ def _make_trainer(method):
                     if hs >= 0:
                         start = np.uint64(hs) * np.uint64(stride) + so
                         if nested and l < top:
-                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                            _step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
                                           x, reg_v[l], lr_dep, method, beta1, beta2, eps)
                         else:
-                            _step_factors(Vh, A1h, A2h, start, width, S, T, so, a_free[l] * x, 0.0,
+                            _step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_free[l] * x, 0.0,
                                           x, reg_v[l], lr_step, method, beta1, beta2, eps)
                     else:
                         start = row_start(offsets, widths, l, i)
                         if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                            _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
                                           x, reg_v[l], lr_dep, method, beta1, beta2, eps)
                         else:
-                            _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                            _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
                                           x, reg_v[l], lr_step, method, beta1, beta2, eps)
             pos += 1
             if pos == block_hi:  # the block is done: claim the next
@@ -373,7 +384,7 @@ def _make_trainer(method):
     return rows_range
 
 
-_WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
+_WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
 
 
 class SpareRows(NamedTuple):
@@ -414,7 +425,8 @@ def spare_rows(model, state, n_threads):
 
     V, model.V = grow(model.V, width)
     w, model.w = grow(model.w, 1)
-    grown = [grow(a, width) for a in state[:2]] + [grow(a, 1) for a in state[2:4]]
+    grown = [grow(a, width if a.shape[0] == model.V.shape[0] else 1) for a in state[:2]]  # 1: row-wise AdaGrad
+    grown += [grow(a, 1) for a in state[2:4]]
     kmodel = (*model.kernel_model()[:3], V, w)
     return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],))
 

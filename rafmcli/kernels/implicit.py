@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
-from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
+from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, row_unit, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
@@ -60,6 +60,7 @@ from rafmcli.kernels.sgd import (
     H_REG0,
     H_REG1,
     PAPER,
+    ROWWISE,
     SGD,
     TASK_CLASSIFICATION,
     _step,
@@ -190,6 +191,7 @@ def _make_trainers(method):
         for l in range(m):
             soff[l + 1] = soff[l] + widths[l]
         W = soff[m]
+        unit = row_unit(widths)
         n_slots = K + 2  # slot 0: the context; slot j + 1: row j
         S = np.empty(n_slots * W, dtype=np.float32)
         T = np.empty(n_slots * W, dtype=np.float32)
@@ -302,7 +304,7 @@ def _make_trainers(method):
                         dependent = nested and l < top
                         sums = sum_dep if dependent else sum_free
                         coef = coef_dep[l] if dependent else coef_free[l]
-                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
                                       sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
                                       lr_dep if dependent else lr_step, method, beta1, beta2, eps)
             for j in range(K + 1):
@@ -317,7 +319,7 @@ def _make_trainers(method):
                     for l in range(top + 1):
                         c = j * m + l
                         dependent = nested and l < top
-                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]),
+                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
                                       S, T, np.uint64((j + 1) * W + soff[l]),
                                       (a_dep[c] if dependent else a_free[c]) * x,
                                       b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
@@ -331,7 +333,7 @@ def _make_trainers(method):
     return train_positives
 
 
-_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
+_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
 NO_FORCING = np.empty((0, 0), dtype=np.int64)
 
 

@@ -66,12 +66,19 @@ def _rows(arr, width, hot_ids, first, base, merge):
                 base[b + f] = v
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _state_width(model, state):
+    """Entries a feature has in the first optimizer state: V's width, or one (row-wise AdaGrad:
+    a state smaller than V, forward.row_unit)."""
+    return np.uint64(model[1][0]) if state[0].shape[0] == model[3].shape[0] else np.uint64(1)
+
+
 @njit(cache=True, error_model="numpy")
 def _each_array(hot_ids, first, model, state, base, merge):
     """:func:`_rows` on V, w and their optimizer state, with ``base`` their bases."""
     width, one = np.uint64(model[1][0]), np.uint64(1)
     _rows(model[3], width, hot_ids, first, base[0], merge)
-    _rows(state[0], width, hot_ids, first, base[1], merge)
+    _rows(state[0], _state_width(model, state), hot_ids, first, base[1], merge)
     _rows(state[1], width, hot_ids, first, base[2], merge)
     _rows(model[4], one, hot_ids, first, base[3], merge)
     _rows(state[2], one, hot_ids, first, base[4], merge)
@@ -85,7 +92,7 @@ def open_copies(hot_ids, first, model, state):
     V, w, width = model[3], model[4], np.uint64(model[1][0])
     accV1, accV2, accw1, accw2, acc0 = state
     n = hot_ids.shape[0]
-    base = (np.empty(n * width, V.dtype), np.empty(n * width if accV1.shape[0] else 0, V.dtype),
+    base = (np.empty(n * width, V.dtype), np.empty(n * _state_width(model, state) if accV1.shape[0] else 0, V.dtype),
             np.empty(n * width if accV2.shape[0] else 0, V.dtype), np.empty(n, w.dtype),
             np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
             model[5].copy(), acc0.copy())

@@ -42,6 +42,7 @@ from rafmcli.kernels.forward import (
     row_forward,
     row_scratch,
     row_start,
+    row_unit,
     sigmoid,
     top_level,
 )
@@ -57,6 +58,7 @@ SGD = 0
 ADAGRAD = 1
 ADAM = 2
 GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
+ROWWISE = 4  # row-wise AdaGrad: one sum of squared gradients a factor row (forward.row_unit)
 
 PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1}) at rate rho_d
 AUTHORS = 1  # the authors' code: main loss + c Sum_p L(B_{1,p}, stopgrad B_{1,p+1}), inner stop-gradients
@@ -77,7 +79,7 @@ def _step(p, j, a1, j1, a2, j2, grad, lr, method, beta1, beta2, eps):
     """One optimizer step on p[j] with state a1[j1], a2[j2] (lazy: only what a row touches)."""
     if method == SGD:
         p[j] -= lr * grad
-    elif method == ADAGRAD:
+    elif method == ADAGRAD or method == ROWWISE:  # a weight is a row of one
         a1[j1] += grad * grad
         p[j] -= lr * grad / (np.sqrt(a1[j1]) + eps)
     elif method == ADAM:
@@ -89,12 +91,14 @@ def _step(p, j, a1, j1, a2, j2, grad, lr, method, beta1, beta2, eps):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
-def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method, beta1, beta2, eps):
-    """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets).
+def _step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, method, beta1, beta2, eps):
+    """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets; row-wise
+    AdaGrad's one sum at a1[start // unit], forward.row_unit).
 
     Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes), S_l and
     T_l at ``so`` in S and T; one branch-free float32 loop per method so that
-    it vectorises 8 wide.
+    it vectorises 8 wide. Row-wise AdaGrad: G += mean_f g_f^2, v -= lr g / (sqrt(G) + eps),
+    in two loops (the sum's loop stores nothing, so no run-time alias check picks its order).
     """
     ca, cb, x, reg = np.float32(ca), np.float32(cb), np.float32(x), np.float32(reg)
     lr, eps = np.float32(lr), np.float32(eps)
@@ -122,6 +126,28 @@ def _step_factors(V, a1, a2, start, width, S, T, so, ca, cb, x, reg, lr, method,
             acc = a1[start + f] + g * g
             a1[start + f] = acc
             V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
+    elif method == ROWWISE:
+        squares = np.float32(0.0)
+        if cb == 0:  # a free variable: no T to read
+            for f in range(width):
+                g = ca * (S[so + f] - V[start + f] * x) + reg * V[start + f]
+                squares += g * g
+        else:
+            for f in range(width):
+                g = ca * (S[so + f] - V[start + f] * x) + cb * (S[so + f] - T[so + f]) + reg * V[start + f]
+                squares += g * g
+        r = start // unit
+        acc = a1[r] + squares / np.float32(width)
+        a1[r] = acc
+        scale = lr / (np.sqrt(acc) + eps)
+        if cb == 0:
+            for f in range(width):
+                v = V[start + f]
+                V[start + f] = v - scale * (ca * (S[so + f] - v * x) + reg * v)
+        else:
+            for f in range(width):
+                v = V[start + f]
+                V[start + f] = v - scale * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
     elif method == ADAM:
         for f in range(width):
             v = V[start + f]
@@ -272,6 +298,7 @@ def _make_trainers(method):
         m = widths.shape[0]
         has_values = values.shape[0] > 0
         soff, S, T, Q, R, B = row_scratch(widths)
+        unit = row_unit(widths)
         a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
         a_dep = np.zeros(m)    # the same for a dependent level l < k_i
         b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
@@ -331,10 +358,10 @@ def _make_trainers(method):
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
                     if nested and l < top:
-                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_dep[l] * x,
+                        _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x,
                                       b_dep[l] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
                     else:
-                        _step_factors(V, accV1, accV2, start, width, S, T, so, a_free[l] * x, 0.0,
+                        _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
                                       x, reg_v[l], lr_step, method, beta1, beta2, eps)
             pos += 1
             if pos == block_hi:  # the block is done: claim the next
@@ -346,7 +373,7 @@ def _make_trainers(method):
     return train_rows
 
 
-_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT)}
+_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
 
 
 def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, variant, method):

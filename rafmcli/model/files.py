@@ -409,12 +409,13 @@ def read_model_v2(members, header):
 
 def _read_state(members, header, model):
     """The optimizer state saved for continued training: accumulators empty or in
-    the layout of V (aligned) and w, and the bias pair."""
+    the layout of V (aligned; row-wise AdaGrad's sums one a factor row) and w, and the bias pair."""
     opt = _field(header, "optimizer_state", dict, lambda v: isinstance(v.get("method"), str) and isinstance(
         v.get("steps"), int) and not isinstance(v.get("steps"), bool) and v["steps"] >= 0,
         'an object {"method": name, "steps": count}')
     arrays = {}
-    for name, size in (("V1", model.V.shape[0]), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
+    v1_size = model.rowwise_size if opt["method"] == "rowwise-adagrad" else model.V.shape[0]
+    for name, size in (("V1", v1_size), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
                        ("w2", model.w.shape[0])):
         arrays[name] = members.array("state_" + name, np.float32, aligned=name.startswith("V"))
         if arrays[name].shape[0] not in (0, size) or not members.finite("state_" + name):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rafmcli.options import ADAGRAD_START
+from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START
 
 CACHE_LINE = 64  # bytes
 
@@ -70,6 +70,17 @@ class Model:
     @property
     def offsets(self):
         return np.concatenate([[0], np.cumsum(self.sizes * self.widths)[:-1]]).astype(np.int64)
+
+    @property
+    def rowwise_size(self):
+        """Entries of row-wise AdaGrad's state: one a factor row, the row at V[start] at
+        start // (narrowest width) (kernels/forward.row_unit)."""
+        return self.V.shape[0] // int(self.widths.min())
+
+    def rowwise_index(self, level, rows):
+        """Where row-wise AdaGrad's sums of internal features ``rows`` at ``level`` (1-based) are."""
+        l = level - 1
+        return (int(self.offsets[l]) + np.asarray(rows, dtype=np.int64) * int(self.widths[l])) // int(self.widths.min())
 
     @property
     def n_params(self):
@@ -132,7 +143,8 @@ def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_ra
 
 @dataclass
 class OptimizerState:
-    """AdaGrad/Adam accumulators of a model: V1, V2 in V's layout, w1, w2 in w's, bias (2).
+    """AdaGrad/Adam accumulators of a model: V1, V2 in V's layout (row-wise AdaGrad: V1 one
+    sum a factor row, Model.rowwise_index), w1, w2 in w's, bias (2).
 
     Arrays a method does not use are empty; ``steps`` counts the rows trained
     (Adam's bias correction continues from it).
@@ -179,14 +191,19 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     grown.w[pos] = model.w
     if model.state is not None:
         st = model.state
-        grown.state = OptimizerState(st.method, *(aligned_zeros(grown.V.shape[0] if a.shape[0] else 0, a.dtype)
-                                                  for a in (st.V1, st.V2)),
+        rowwise = st.method == "rowwise-adagrad"
+        n_v1 = grown.rowwise_size if rowwise else grown.V.shape[0]
+        grown.state = OptimizerState(st.method, aligned_zeros(n_v1 if st.V1.shape[0] else 0, st.V1.dtype),
+                                     aligned_zeros(grown.V.shape[0] if st.V2.shape[0] else 0, st.V2.dtype),
                                      *(np.zeros(grown.w.shape[0] if a.shape[0] else 0, a.dtype)
                                        for a in (st.w1, st.w2)), st.bias.copy(), st.steps)
-        if st.method == "adagrad":  # new features' sums start where a fresh run's do
+        if st.method in ADAGRAD_METHODS:  # new features' sums start where a fresh run's do
             grown.state.V1[:] = ADAGRAD_START
             grown.state.w1[:] = ADAGRAD_START
-        for old, new_arr in ((st.V1, grown.state.V1), (st.V2, grown.state.V2)):
+        for level in range(1, len(model.ranks) + 1) if rowwise else ():
+            size = int(model.sizes[level - 1])
+            grown.state.V1[grown.rowwise_index(level, pos[:size])] = st.V1[model.rowwise_index(level, np.arange(size))]
+        for old, new_arr in ((st.V1, grown.state.V1), (st.V2, grown.state.V2)) if not rowwise else ():
             if old.shape[0]:
                 move_rows(old, new_arr)
         for old, new_arr in ((st.w1, grown.state.w1), (st.w2, grown.state.w2)):

@@ -17,11 +17,12 @@ from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
 from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
-from rafmcli.options import ADAGRAD_START, per_level
+from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 from rafmcli.threads import for_work
 
-METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "adam": K.ADAM, "sgda": K.SGD}  # sgda: solvers/sgda.py
+METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "rowwise-adagrad": K.ROWWISE, "adam": K.ADAM,
+           "sgda": K.SGD}  # sgda: solvers/sgda.py
 VARIANTS = {"paper": K.PAPER, "authors": K.AUTHORS, "cascade": K.CASCADE}
 
 
@@ -73,16 +74,18 @@ def hyper_vector(opts, model):
 def optimizer_state(method, model):
     """(accV1, accV2, accw1, accw2, acc0) sized for the method (empty when unused).
 
-    accV1 and accV2 share V's layout and its cache-line alignment; AdaGrad's
-    sums start at ADAGRAD_START (options.py), Adam's moments at 0.
+    accV1 and accV2 share V's layout and its cache-line alignment (row-wise AdaGrad:
+    accV1 one sum a factor row, Model.rowwise_index); AdaGrad's sums start at
+    ADAGRAD_START (options.py), Adam's moments at 0.
     """
-    one, two = method in ("adagrad", "adam"), method == "adam"
-    state = (aligned_zeros(model.V.shape[0] if one else 0, model.V.dtype),
+    one, two = method in ADAGRAD_METHODS + ("adam",), method == "adam"
+    n_one = model.rowwise_size if method == "rowwise-adagrad" else model.V.shape[0]
+    state = (aligned_zeros(n_one if one else 0, model.V.dtype),
              aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
              np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
              np.zeros(model.w.shape[0] if two else 0, dtype=model.w.dtype),
              np.zeros(2))
-    if method == "adagrad":
+    if method in ADAGRAD_METHODS:
         for sums in state[0], state[2]:
             sums[:] = ADAGRAD_START
         state[4][0] = ADAGRAD_START
@@ -185,7 +188,7 @@ class Training:
                                          validation.labels, self.groups, self.opts, self.column_of)
 
     def __getstate__(self):
-        """Everything but the data (and sgda's step sizes: `rafm tune` runs sgd, adagrad and adam)."""
+        """Everything but the data (and sgda's step sizes: `rafm tune` runs the STEP_METHODS)."""
         state = dict(self.__dict__)
         for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare"):
             state[name] = None
@@ -448,8 +451,7 @@ def train(data, opts, validation=None, levels_override=None, rlog=None, quiet=Fa
     if race_plan and not race_plan.pairs and race_plan.note and init is None and validation is not None \
             and not quiet:
         echo(f"rafm: {race_plan.note}")  # nothing left to race: say why
-    if race_plan and race_plan.pairs and init is None and validation is not None and opts.method in (
-            "sgd", "adagrad", "adam"):
+    if race_plan and race_plan.pairs and init is None and validation is not None and opts.method in STEP_METHODS:
         race_pairs = race_plan.pairs
         rungs = race_rungs(opts.iters)
         l2s = sorted({c for c, _ in race_pairs if c is not None})

@@ -51,7 +51,7 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
     """Replicas merged every few rows by one worker change nothing: the model after an
     epoch equals the serial kernel's (up to float rounding of the merges)."""
     data = planted[0]
-    opts = Options(task="c", model=kind, ranks=ranks, method=method, learn_rate=0.05)
+    opts = Options(task="c", model=kind, ranks=ranks, method=method, learn_rate=0.05, dependent_rate=0.2)
     models = []
     for worker in (False, True):
         rng = np.random.default_rng(3)

@@ -871,3 +871,43 @@ def test_libffm_fields_are_the_groups(planted, tmp_path):
     assert "the --meta file gives the feature groups" in both.stderr
     swapped = model_files.load(str(tmp_path / "swap.rafm")).vocabulary.group_of
     np.testing.assert_array_equal(swapped, 1 - group_of)
+
+
+def test_rowwise_adagrad_keeps_one_sum_a_row_in_implicit_epochs():
+    """Implicit row-wise AdaGrad (forced negatives): an FM epoch equals the same model with an empty,
+    wider second level bit for bit (a row's sum is found by the narrowest width, forward.row_unit),
+    and exactly the rows whose factors moved have moved their one sum."""
+    from rafmcli.options import ADAGRAD_START
+    from rafmcli.solvers.sgd import optimizer_state
+
+    runs = []
+    for ranks in ((3,), (3, 5)):
+        model, vocab, row_values = tiny("fm", (3,), seed=5)
+        if len(ranks) == 2:
+            n = model.w.shape[0]
+            two = build("rafm", "implicit", ranks, model.feature_ids, np.ones(n), 0.5, np.random.default_rng(0),
+                        0.2, (0.0, 0.0))
+            two.V[:], two.w[:], two.w0, two.vocabulary = model.V, model.w, model.w0, vocab
+            model = two
+        before = model.V.copy()
+        noise = noise_tables(vocab, 0.75, 0.5)
+        order = np.random.default_rng(1).integers(0, row_values.shape[0], 400).astype(np.int64)
+        g, K = 2, 3
+        lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
+        forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
+                           for r in order], dtype=np.int64)
+        hyper = hyper_vector()
+        hyper[KS.H_LR] = hyper[KS.H_LR_DEP] = 0.05
+        hyper[KS.H_EPS] = 1e-8
+        lev, widths, offsets, V, w, w0 = model.kernel_model()
+        state = optimizer_state("rowwise-adagrad", model)
+        assert state[0].shape[0] == model.w.shape[0]  # one sum a feature's row
+        KI.train_epoch(order, 0, row_values, (vocab.ptr, vocab.feat, vocab.x), noise.kernel_tuple(),
+                       (lev, widths, offsets, V, w, w0), state, hyper, np.full(len(ranks), 0.1),
+                       config(K, KI.SOFTMAX, True, model.nested, KS.CASCADE), rng_streams(0, 1), KS.ROWWISE, forced)
+        moved = np.any(V.reshape(-1, 3) != before.reshape(-1, 3), axis=1)
+        np.testing.assert_array_equal(state[0] != ADAGRAD_START, moved)
+        assert moved.sum() >= 5
+        runs.append((V.copy(), w.copy(), w0.copy(), *(a.copy() for a in state)))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)

@@ -185,7 +185,8 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "for an FM.")
 @click.option("--save-state", is_flag=True,
               help="Also save the optimizer state (AdaGrad/Adam accumulators) in --save-model, so that "
-                   "--init-model continues exactly; the file grows by one or two copies of the factors.")
+                   "--init-model continues exactly; the file grows by one (adagrad) or two (adam) copies of the "
+                   "factors, or by rowwise-adagrad's one sum a factor row.")
 @click.option("--model", "model_kind", type=click.Choice(["fm", "rafm", "difacto"]), default=D.model,
               show_default=True, help="Model: FM, rank-aware FM, or DiFacto.")
 @click.option("--dim", type=click.IntRange(1, MAX_RANK),

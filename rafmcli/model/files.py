@@ -28,7 +28,7 @@ from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
 from rafmcli.io.checksum import pieces_checked
 from rafmcli.io.output import Outputs
-from rafmcli.model.layout import CACHE_LINE, Model, OptimizerState, aligned_copy, aligned_zeros
+from rafmcli.model.layout import CACHE_LINE, STATE_ARRAYS, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
 
 FORMAT_NAME = "rafm-model"
@@ -408,19 +408,25 @@ def read_model_v2(members, header):
 
 
 def _read_state(members, header, model):
-    """The optimizer state saved for continued training: accumulators empty or in
-    the layout of V (aligned; row-wise AdaGrad's sums one a factor row) and w, and the bias pair."""
-    opt = _field(header, "optimizer_state", dict, lambda v: isinstance(v.get("method"), str) and isinstance(
-        v.get("steps"), int) and not isinstance(v.get("steps"), bool) and v["steps"] >= 0,
-        'an object {"method": name, "steps": count}')
+    """The optimizer state saved for continued training: the accumulators its method keeps
+    (STATE_ARRAYS), in the layout of V (aligned; row-wise AdaGrad's sums one a factor row)
+    and w, the others empty, and the bias pair."""
+    def valid(v):
+        method, steps = v.get("method"), v.get("steps")
+        return isinstance(method, str) and method in STATE_ARRAYS and isinstance(steps, int) and not isinstance(
+            steps, bool) and steps >= 0
+
+    opt = _field(header, "optimizer_state", dict, valid,
+                 f'an object {{"method": one of {", ".join(STATE_ARRAYS)}, "steps": count}}')
     arrays = {}
     v1_size = model.rowwise_size if opt["method"] == "rowwise-adagrad" else model.V.shape[0]
     for name, size in (("V1", v1_size), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
                        ("w2", model.w.shape[0])):
         arrays[name] = members.array("state_" + name, np.float32, aligned=name.startswith("V"))
-        if arrays[name].shape[0] not in (0, size) or not members.finite("state_" + name):
-            raise Damaged(f"state_{name}.npy has {arrays[name].shape[0]} values, not 0 or {size}, "
-                          f"or values that are not finite")
+        size = size if name in STATE_ARRAYS[opt["method"]] else 0
+        if arrays[name].shape[0] != size or not members.finite("state_" + name):
+            raise Damaged(f"state_{name}.npy has {arrays[name].shape[0]} values, not {size} as {opt['method']} "
+                          f"keeps, or values that are not finite")
     arrays["bias"] = members.array("state_bias", np.float64, 2)
     return OptimizerState(opt["method"], **arrays, steps=opt["steps"])
 

@@ -164,6 +164,11 @@ class OptimizerState:
         return tuple(getattr(self, name) for name in self.ARRAYS)
 
 
+# the accumulators each method keeps (OptimizerState's other arrays are empty)
+STATE_ARRAYS = {"sgd": (), "sgda": (), "adagrad": ("V1", "w1"), "rowwise-adagrad": ("V1", "w1"),
+                "adam": ("V1", "V2", "w1", "w2")}
+
+
 def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     """``model`` with the features of ``feature_ids`` it lacks added (to continue training).
 
@@ -200,7 +205,7 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
         if st.method in ADAGRAD_METHODS:  # new features' sums start where a fresh run's do
             grown.state.V1[:] = ADAGRAD_START
             grown.state.w1[:] = ADAGRAD_START
-        for level in range(1, len(model.ranks) + 1) if rowwise else ():
+        for level in range(1, len(model.ranks) + 1) if rowwise and st.V1.shape[0] else ():
             size = int(model.sizes[level - 1])
             grown.state.V1[grown.rowwise_index(level, pos[:size])] = st.V1[model.rowwise_index(level, np.arange(size))]
         for old, new_arr in ((st.V1, grown.state.V1), (st.V2, grown.state.V2)) if not rowwise else ():

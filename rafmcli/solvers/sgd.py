@@ -16,7 +16,7 @@ from rafmcli.errors import DivergedError
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
-from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
+from rafmcli.model.layout import STATE_ARRAYS, OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 from rafmcli.threads import for_work
@@ -78,12 +78,12 @@ def optimizer_state(method, model):
     accV1 one sum a factor row, Model.rowwise_index); AdaGrad's sums start at
     ADAGRAD_START (options.py), Adam's moments at 0.
     """
-    one, two = method in ADAGRAD_METHODS + ("adam",), method == "adam"
-    n_one = model.rowwise_size if method == "rowwise-adagrad" else model.V.shape[0]
-    state = (aligned_zeros(n_one if one else 0, model.V.dtype),
-             aligned_zeros(model.V.shape[0] if two else 0, model.V.dtype),
-             np.zeros(model.w.shape[0] if one else 0, dtype=model.w.dtype),
-             np.zeros(model.w.shape[0] if two else 0, dtype=model.w.dtype),
+    keeps = STATE_ARRAYS[method]
+    n_v1 = model.rowwise_size if method == "rowwise-adagrad" else model.V.shape[0]
+    state = (aligned_zeros(n_v1 if "V1" in keeps else 0, model.V.dtype),
+             aligned_zeros(model.V.shape[0] if "V2" in keeps else 0, model.V.dtype),
+             np.zeros(model.w.shape[0] if "w1" in keeps else 0, dtype=model.w.dtype),
+             np.zeros(model.w.shape[0] if "w2" in keeps else 0, dtype=model.w.dtype),
              np.zeros(2))
     if method in ADAGRAD_METHODS:
         for sums in state[0], state[2]:
@@ -198,7 +198,7 @@ class Training:
         """Factors and optimizer state go back on cache lines (the kernels' layout)."""
         self.__dict__.update(state)
         self.model.V = aligned_copy(self.model.V)
-        self.state = tuple(aligned_copy(a) if a.shape[0] == self.model.V.shape[0] else a for a in self.state)
+        self.state = tuple(aligned_copy(a) if k < 2 else a for k, a in enumerate(self.state))  # accV1, accV2
 
     @property
     def epoch(self):
@@ -317,7 +317,7 @@ class Training:
             self.kmodel = None  # the run cannot go on from here
         if self.spare is not None:  # the model keeps its own rows, not views of the spare arrays
             model.V, model.w = aligned_copy(model.V), model.w.copy()
-            self.state = tuple(aligned_copy(a) if a.shape[0] == model.V.shape[0] else a.copy() for a in self.state)
+            self.state = tuple(aligned_copy(a) if k < 2 else a.copy() for k, a in enumerate(self.state))
             self.kmodel, self.spare = None, None
         summary = {"epochs": self.epoch, "best_epoch": self.best_epoch}
         if self.best[2] is not None:

@@ -182,6 +182,15 @@ def kernel_gradient(model, vocab, row_values, noise, conf, order, forced=None, r
     return state[4][0], state[2].astype(np.float64), state[0].astype(np.float64)
 
 
+def forced_epoch(vocab, row_values, n, g=2, K=3):
+    """(order of n positives, forced draws: group g and K other values of it a positive, K)."""
+    order = np.random.default_rng(1).integers(0, row_values.shape[0], n).astype(np.int64)
+    lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
+    forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
+                       for r in order], dtype=np.int64)
+    return order, forced, K
+
+
 @pytest.mark.parametrize("method", [KS.GRADIENT, KS.ADAM])
 def test_a_worker_claims_blocks_of_positives_beyond_its_own_range(method):
     """With a claims counter the implicit worker given positives [n/2, n) visits every positive of
@@ -194,11 +203,7 @@ def test_a_worker_claims_blocks_of_positives_beyond_its_own_range(method):
     for claims in (None, np.zeros(1, np.int64)):
         model, vocab, row_values = tiny("rafm", (2, 3), seed=5)
         noise = noise_tables(vocab, 0.75, 0.5)
-        order = np.random.default_rng(1).integers(0, row_values.shape[0], 1300).astype(np.int64)
-        g, K = 2, 3
-        lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
-        forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
-                           for r in order], dtype=np.int64)
+        order, forced, K = forced_epoch(vocab, row_values, 1300)
         conf = config(K, KI.SOFTMAX, True, model.nested, KS.CASCADE)
         hyper = hyper_vector()
         if method == KS.ADAM:
@@ -891,11 +896,7 @@ def test_rowwise_adagrad_keeps_one_sum_a_row_in_implicit_epochs():
             model = two
         before = model.V.copy()
         noise = noise_tables(vocab, 0.75, 0.5)
-        order = np.random.default_rng(1).integers(0, row_values.shape[0], 400).astype(np.int64)
-        g, K = 2, 3
-        lo, hi = vocab.group_ptr[g], vocab.group_ptr[g + 1]
-        forced = np.array([[g, row_values[r, g]] + [v for v in range(lo, hi) if v != row_values[r, g]][:K]
-                           for r in order], dtype=np.int64)
+        order, forced, K = forced_epoch(vocab, row_values, 400)
         hyper = hyper_vector()
         hyper[KS.H_LR] = hyper[KS.H_LR_DEP] = 0.05
         hyper[KS.H_EPS] = 1e-8

@@ -3,6 +3,7 @@ import os
 import signal
 import tempfile
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,3 +54,14 @@ def threads_on_small_data(monkeypatch):
     monkeypatch.setattr(sgd.Training, "MIN_ROWS_PER_THREAD", 1)
     monkeypatch.setattr(implicit.ImplicitTraining, "MIN_ROWS_PER_THREAD", 1)
     monkeypatch.setattr(coordinate, "MIN_NONZEROS_PER_THREAD", 1)
+
+
+def cli_rows(indptr, indices, values, labels):
+    """A training kernel's row arrays as ``rafm train`` passes them: indptr, values and labels
+    read-only (mapped from the cache), so that a kernel test runs the specialisation the CLI
+    compiles instead of compiling one of its own (numba types read-only arrays apart)."""
+    rows = [np.array(indptr, dtype=np.int64), np.asarray(indices), np.array(values, dtype=np.float32),
+            np.array(labels, dtype=np.float64)]
+    for k in (0, 2, 3):
+        rows[k].flags.writeable = False
+    return tuple(rows)

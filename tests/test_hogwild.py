@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import cli_rows
 from numba import njit
 
 from rafmcli.io.reader import read_dataset
@@ -58,7 +59,7 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         model = build(kind, "c", ranks, data.feature_ids, np.minimum(np.arange(data.feature_ids.size) % 2 + 1,
                                                                        len(ranks)), 0.1, rng, 0.0, (0, 1))
         rows = kernel_rows(model, data)
-        kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
+        kdata = cli_rows(rows[0], rows[1], rows[2], data.labels)
         state = optimizer_state(method, model)
         kmodel = model.kernel_model()
         order = rng.permutation(data.n_rows).astype(np.int64)
@@ -88,7 +89,7 @@ def fm_with_rows(data, method, seed):
                   0.0, (0, 1))
     model.w[:] = rng.normal(0, 0.3, model.w.size)  # copies of w that started from 0 would show
     rows = kernel_rows(model, data)
-    return rng, model, (rows[0], rows[1], rows[2], data.labels.astype(np.float64)), optimizer_state(method, model)
+    return rng, model, cli_rows(rows[0], rows[1], rows[2], data.labels), optimizer_state(method, model)
 
 
 @pytest.mark.parametrize("method", ["sgd", "adagrad", "adam", "rowwise-adagrad"])
@@ -249,7 +250,7 @@ def test_workers_claim_every_row_once(planted, kind, ranks, path, n_threads, n_r
     model = build(kind, "c", ranks, data.feature_ids, np.minimum(np.arange(data.feature_ids.size) % 2 + 1,
                                                                    len(ranks)), 0.1, rng, 0.0, (0, 1))
     rows = kernel_rows(model, data)
-    kdata = (rows[0], rows[1], rows[2], data.labels.astype(np.float64))
+    kdata = cli_rows(rows[0], rows[1], rows[2], data.labels)
     state = optimizer_state("adagrad", model)
     hyper = hyper_vector(opts, model)
     hyper[K.H_LR] = hyper[K.H_LR_DEP] = 0.0

@@ -17,6 +17,7 @@ The chain, each link checked against the one before, all references float64
 
 import numpy as np
 import pytest
+from conftest import cli_rows
 from naive import dependent_mask, linear, objective, optimizer_step, pair_loop, row_gradient
 
 from rafmcli.kernels import sgd as K
@@ -65,8 +66,7 @@ def kernel_run(model, y, variant, method, state, y_range=(-1e9, 1e9)):
     hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = BETA1, BETA2, EPS
     hyper[K.H_YMIN], hyper[K.H_YMAX] = y_range
     hyper[K.H_BIAS_ON] = hyper[K.H_LINEAR_ON] = 1.0
-    data = (np.array([0, len(IDS)], np.int64), IDS.astype(np.int32), VALS.astype(np.float32),
-            np.array([y], np.float64))
+    data = cli_rows([0, len(IDS)], IDS.astype(np.int32), VALS, [y])
     reg_v = np.asarray(reg_levels(len(model.ranks)), dtype=np.float64)
     task = K.TASK_REGRESSION if model.task == "r" else K.TASK_CLASSIFICATION
     K.train_epoch(np.zeros(1, np.int64), STEP0, data, (lev, widths, offsets, V, w, w0), state, hyper,
@@ -306,8 +306,8 @@ def test_one_level_trains_as_the_level_machinery_does(task, method):
     two.V[:], two.w[:], two.w0 = one.V, one.w, one.w0
     n_rows = 300
     indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 6, n_rows))]).astype(np.int64)
-    data = (indptr, rng.integers(0, 12, indptr[-1]).astype(np.int32),
-            rng.uniform(-2, 2, indptr[-1]).astype(np.float32), rng.integers(0, 2, n_rows).astype(np.float64))
+    data = cli_rows(indptr, rng.integers(0, 12, indptr[-1]).astype(np.int32), rng.uniform(-2, 2, indptr[-1]),
+                    rng.integers(0, 2, n_rows))
     hyper = np.zeros(K.N_HYPER)
     hyper[K.H_LR], hyper[K.H_REG0], hyper[K.H_REG1] = LR, REG[0], REG[1]
     hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = BETA1, BETA2, EPS

@@ -91,6 +91,12 @@ def row_unit(widths):
     return np.uint64(widths.min())
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def rowwise_state(accV1, V):
+    """Whether ``accV1`` is row-wise AdaGrad's (one sum a row at :func:`row_unit`), not in V's layout."""
+    return 0 < accV1.shape[0] != V.shape[0]
+
+
 @njit(cache=True, error_model="numpy")
 def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
     """Prefetch the factor rows and linear weights (and their AdaGrad/Adam state) a row will touch.
@@ -101,7 +107,7 @@ def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
     than V) has one entry a row (:func:`row_unit`).
     """
     m = widths.shape[0]
-    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
+    rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
     for k in range(a, b):
         i = indices[k]
         prefetch(w, i)

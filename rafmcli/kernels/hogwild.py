@@ -37,6 +37,7 @@ from rafmcli.kernels.forward import (
     row_scratch,
     row_start,
     row_unit,
+    rowwise_state,
     top_level,
 )
 from rafmcli.kernels.replicas import Replicas
@@ -85,7 +86,7 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
     """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
     in the worker's replica, already in cache."""
     m = widths.shape[0]
-    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
+    rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
     for k in range(a, b):
         i = indices[k]
         if hot[i] >= 0:
@@ -191,7 +192,7 @@ def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, st
     Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b = replica
     m = widths.shape[0]
     stride = soff[m]
-    rowwise, unit = 0 < accV1.shape[0] != V.shape[0], row_unit(widths)
+    rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
     for k in range(n_slots):
         s = slots[k]
         i = hot_ids[s]

@@ -10,19 +10,20 @@ from rafmcli.model.layout import internal_indices
 def kernel_rows(model, data):
     """CSR arrays in the model's internal ids, entries of unseen features dropped.
 
-    Returns (indptr, indices, values, unseen occurrences, unseen distinct ids);
-    ``values`` is empty when every value is 1.
+    Returns (indptr, indices, values, unseen occurrences, unseen distinct ids), the arrays
+    read-only (kernels.read_only); ``values`` is empty when every value is 1.
     """
+    from rafmcli.kernels import read_only
     from rafmcli.kernels.counting import distinct_count
     from rafmcli.kernels.rows import drop_unseen
 
     internal, misses = internal_indices(model, data.indices)
     values = np.asarray(data.values if data.values is not None else np.empty(0, dtype=np.float32))
     if not misses:
-        return np.asarray(data.indptr), internal, values, 0, 0
+        return (*read_only(data.indptr, internal, values), 0, 0)
     indptr, internal, values, unseen = drop_unseen(np.asarray(data.indptr), internal, values,
                                                    np.asarray(data.indices))
-    return indptr, internal, values, misses, int(distinct_count(unseen, int(unseen.max()) + 1))
+    return (*read_only(indptr, internal, values), misses, int(distinct_count(unseen, int(unseen.max()) + 1)))
 
 
 def finish(model, scores):
@@ -118,6 +119,7 @@ def _by_id(model, data, raw):
     """Predictions made by the kernel that maps ids as it goes (kernels/forward.py
     predict_scores_by_id), over a table of every id up to the largest the model or the
     rows hold; None when that table would exceed max(2^24, 4 non-zeros) entries."""
+    from rafmcli.kernels import read_only
     from rafmcli.kernels.forward import UNSEEN_MET, predict_scores_by_id
     from rafmcli.kernels.rows import id_table
 
@@ -127,11 +129,12 @@ def _by_id(model, data, raw):
     if top >= max(1 << 24, 4 * ids.shape[0]):
         return None
     table = id_table(known, top + 1)
-    values = np.asarray(data.values if data.values is not None else np.empty(0, dtype=np.float32))
+    indptr, ids, values = read_only(data.indptr, ids, data.values if data.values is not None
+                                    else np.empty(0, dtype=np.float32))
     unseen = []
 
     def score(*params):
-        margins, misses = predict_scores_by_id(np.asarray(data.indptr), ids, values, table, *params, model.nested)
+        margins, misses = predict_scores_by_id(indptr, ids, values, table, *params, model.nested)
         unseen.append(misses)
         return margins
 

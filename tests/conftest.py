@@ -57,11 +57,10 @@ def threads_on_small_data(monkeypatch):
 
 
 def cli_rows(indptr, indices, values, labels):
-    """A training kernel's row arrays as ``rafm train`` passes them: indptr, values and labels
-    read-only (mapped from the cache), so that a kernel test runs the specialisation the CLI
-    compiles instead of compiling one of its own (numba types read-only arrays apart)."""
-    rows = [np.array(indptr, dtype=np.int64), np.asarray(indices), np.array(values, dtype=np.float32),
-            np.array(labels, dtype=np.float64)]
-    for k in (0, 2, 3):
-        rows[k].flags.writeable = False
-    return tuple(rows)
+    """A training kernel's row arrays as ``rafm train`` passes them: read-only (kernels.read_only),
+    so that a kernel test runs the specialisation the CLI compiles instead of compiling one of
+    its own (numba types read-only arrays apart)."""
+    from rafmcli.kernels import read_only
+
+    return read_only(np.asarray(indptr, dtype=np.int64), indices, np.asarray(values, dtype=np.float32),
+                     np.asarray(labels, dtype=np.float64))

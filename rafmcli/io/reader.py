@@ -27,6 +27,7 @@ import numpy as np
 
 from rafmcli import threads
 from rafmcli.errors import InputError, printable
+from rafmcli.kernels import read_only
 
 BLOCK_BYTES = 16 << 20
 PART_BYTES = 1 << 20  # a block is parsed in parts of about this size, in parallel
@@ -78,6 +79,13 @@ class Dataset:
     feature_fields: np.ndarray | None = None
     columns: object = field(default=None, repr=False, compare=False)
     cached: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        """The arrays become read-only views, as those mapped from the cache are: the kernels
+        then see one type whether a file was parsed or mapped (kernels.read_only)."""
+        for name in ("labels", "indptr", "indices", "values", "feature_ids", "counts", "feature_fields"):
+            if getattr(self, name) is not None:
+                setattr(self, name, read_only(getattr(self, name))[0])
 
     @property
     def n_rows(self):

@@ -41,6 +41,7 @@ from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.fields import groups_for
 from rafmcli.io.columns import columns_of
+from rafmcli.kernels import read_only
 from rafmcli.model.layout import aligned_copy, build
 from rafmcli.options import burn_in_default
 from rafmcli.predict import kernel_rows
@@ -279,20 +280,8 @@ def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=
     csc = (cols.indptr, cols.rows, cols.values, order)
     counts = np.asarray(data.counts, dtype=np.float64)[order]
     sched = schedule(model, csc, counts, data.n_rows, coordinate_threads(opts, data))
-    csr = kernel_rows(model, data)[:3]
-    return Problem(model, labels, _read_only(csr), _read_only(csc),
+    return Problem(model, labels, kernel_rows(model, data)[:3], read_only(*csc),
                    np.ascontiguousarray(groups.group[order], dtype=np.int32), groups.n_groups, sched)
-
-
-def _read_only(arrays):
-    """Read-only views: the kernels then compile once, whether the data is memory-mapped from the
-    binary cache (read-only) or built in memory."""
-    views = []
-    for a in arrays:
-        v = np.asarray(a).view(np.ndarray)
-        v.flags.writeable = False
-        views.append(v)
-    return tuple(views)
 
 
 @dataclass

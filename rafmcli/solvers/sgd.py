@@ -13,6 +13,7 @@ import numpy as np
 
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
+from rafmcli.kernels import read_only
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
@@ -170,7 +171,7 @@ class Training:
             self.data_rows, self.valid_rows = rows_of.data_rows, rows_of.valid_rows
         else:
             rows = kernel_rows(self.model, data)
-            self.data_rows = (rows[0], rows[1], rows[2], np.asarray(data.labels, dtype=np.float64))
+            self.data_rows = (*rows[:3], *read_only(np.asarray(data.labels, dtype=np.float64)))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.spare = None  # FM on several threads: arrays with room for the workers' replicas
         if self.n_threads > 1 and self.opts.method != "sgda":

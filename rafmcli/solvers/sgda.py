@@ -11,6 +11,7 @@ level and factor coordinate for the factors.
 import numpy as np
 
 from rafmcli.io.groups import single_group
+from rafmcli.kernels import read_only
 
 
 class AdaptiveStep:
@@ -28,7 +29,7 @@ class AdaptiveStep:
         self.lam_w = np.zeros(groups.n_groups)
         self.lam_v = np.zeros((groups.n_groups, int(widths.sum())))
         self.grads = (np.zeros(model.w.shape[0], np.float32), np.zeros(model.V.shape[0], np.float32))
-        self.train = (*train_rows[:3], np.asarray(labels, dtype=np.float64))
+        self.train = (*train_rows[:3], *read_only(np.asarray(labels, dtype=np.float64)))
         self.valid = (*valid_rows[:3], np.asarray(valid_labels, dtype=np.float64))
         self.next_valid = 0
         self.hyper = (float(opts.learn_rate), 0.0 if opts.task == "r" else 1.0, float(model.target_min),

@@ -119,7 +119,6 @@ def _by_id(model, data, raw):
     """Predictions made by the kernel that maps ids as it goes (kernels/forward.py
     predict_scores_by_id), over a table of every id up to the largest the model or the
     rows hold; None when that table would exceed max(2^24, 4 non-zeros) entries."""
-    from rafmcli.kernels import read_only
     from rafmcli.kernels.forward import UNSEEN_MET, predict_scores_by_id
     from rafmcli.kernels.rows import id_table
 
@@ -129,12 +128,11 @@ def _by_id(model, data, raw):
     if top >= max(1 << 24, 4 * ids.shape[0]):
         return None
     table = id_table(known, top + 1)
-    indptr, ids, values = read_only(data.indptr, ids, data.values if data.values is not None
-                                    else np.empty(0, dtype=np.float32))
+    values = np.asarray(data.values if data.values is not None else np.empty(0, dtype=np.float32))
     unseen = []
 
     def score(*params):
-        margins, misses = predict_scores_by_id(indptr, ids, values, table, *params, model.nested)
+        margins, misses = predict_scores_by_id(np.asarray(data.indptr), ids, values, table, *params, model.nested)
         unseen.append(misses)
         return margins
 

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rafmcli.kernels import read_only
+
 
 class Columns(NamedTuple):
     """CSC arrays: column j's rows are ``rows[indptr[j]:indptr[j+1]]`` (increasing)."""
@@ -32,7 +34,7 @@ def build(data):
     rows = np.empty(data.nnz, dtype=np.int32)
     col_values = np.empty(values.shape[0], dtype=np.float32)
     transpose(np.asarray(data.indptr), np.asarray(data.indices), values, column, indptr, rows, col_values)
-    return Columns(indptr, rows, col_values)
+    return Columns(*read_only(indptr, rows, col_values))  # as the cache's maps are (kernels.read_only)
 
 
 def columns_of(data, use_cache=True, cache_dir=None):

@@ -27,6 +27,44 @@ if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subpro
     os.environ["NUMBA_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "rafm-test-numba",
                                                  _kernel_source_hash())
 
+
+
+def _compile_one_at_a_time():
+    """The test workers (pytest-xdist) do not compile the same kernel side by side: numba caches a
+    kernel once compiled but has no lock, and a cold suite compiled its commonest kernels twice at
+    once on the same two cores. A worker that needs a kernel the other is compiling waits for it
+    (a lock file a kernel), then numba loads it from the cache. Locks are taken under numba's
+    compiler lock and from caller to callee, so they cannot deadlock."""
+    import fcntl
+
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.dispatcher import Dispatcher
+
+    folder = os.path.join(os.environ["NUMBA_CACHE_DIR"], "compiling")
+    os.makedirs(folder, exist_ok=True)
+    compile_here = Dispatcher.compile
+    held = set()
+
+    def compile_once(self, sig):
+        func = self.py_func
+        cells = tuple(c.cell_contents for c in func.__closure__ or () if isinstance(c.cell_contents, int))
+        name = hashlib.sha256(f"{func.__module__}.{func.__qualname__}{cells}".encode()).hexdigest()[:20]
+        with global_compiler_lock:
+            if name in held:
+                return compile_here(self, sig)
+            with open(os.path.join(folder, name), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                held.add(name)
+                try:
+                    return compile_here(self, sig)
+                finally:
+                    held.discard(name)
+
+    Dispatcher.compile = compile_once
+
+
+_compile_one_at_a_time()
+
 # A shell's background job (`pytest &`) starts with SIGINT ignored, rafm children would inherit
 # that, and rafm rightly leaves an ignored signal ignored: the Ctrl-C tests need it caught.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:

@@ -174,7 +174,7 @@ def kernel_gradient(model, vocab, row_values, noise, conf, order, forced=None, r
     state = (np.zeros_like(V), np.zeros(0, np.float32), np.zeros_like(w), np.zeros(0, np.float32), np.zeros(2))
     hyper = hyper_vector()
     hyper[KS.H_REG0], hyper[KS.H_REG1] = reg[0], reg[1]
-    reg_v = np.full(len(model.ranks), reg[2])
+    reg_v = np.full(len(model.ranks), reg[2], dtype=np.float64)  # reg=(0, 0, 0) would give int64: another compile
     forced = KI.NO_FORCING if forced is None else np.asarray(forced, np.int64)
     KI.train_epoch(np.asarray(order, np.int64), 0, row_values, (vocab.ptr, vocab.feat, vocab.x),
                    noise.kernel_tuple(), (lev, widths, offsets, V, w, w0), state, hyper, reg_v, conf,

@@ -43,6 +43,8 @@ token (or line), which the caller turns into ``FILE:LINE: what (token)``.
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels.sorting import stable_argsort
+
 OK = 0
 ERR_LABEL = 1
 ERR_LABEL_INF = 2
@@ -238,14 +240,16 @@ def _long_index(buf, start, end):
 
 @njit(cache=True, nogil=True)
 def _sort_row(indices, values, fields, with_fields, a, b):
-    """Sort entries a..b by index, stably (insertion sort; mergesort for long
-    rows); ``fields`` move along ``with_fields``."""
+    """Sort entries a..b by index, stably (insertion sort; kernels.sorting's merge sort for
+    long rows); ``fields`` move along ``with_fields``."""
     if b - a > 32:
-        order = np.argsort(indices[a:b], kind="mergesort")
-        indices[a:b] = indices[a:b][order]
-        values[a:b] = values[a:b][order]
-        if with_fields:
-            fields[a:b] = fields[a:b][order]
+        order = stable_argsort(indices[a:b])
+        ind, val, fld = indices[a:b].copy(), values[a:b].copy(), fields[a:b].copy() if with_fields else fields[:0]
+        for k in range(b - a):  # loops: numba's array-to-slice assignment took 3 s to compile
+            indices[a + k] = ind[order[k]]
+            values[a + k] = val[order[k]]
+            if with_fields:
+                fields[a + k] = fld[order[k]]
         return
     for i in range(a + 1, b):
         key = indices[i]

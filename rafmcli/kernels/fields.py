@@ -37,8 +37,9 @@ def _push(keys, items, size, key, item):
     if size == keys.shape[0]:
         grown_k = np.empty(2 * size, np.int64)
         grown_i = np.empty(2 * size, np.int32)
-        grown_k[:size] = keys
-        grown_i[:size] = items
+        for k in range(size):  # a loop: numba's slice-from-array assignment takes seconds to compile
+            grown_k[k] = keys[k]
+            grown_i[k] = items[k]
         keys, items = grown_k, grown_i
     k = size
     while k > 0:

@@ -70,6 +70,7 @@ from rafmcli.kernels.sgd import (
     no_replicas,
     step_rates,
 )
+from rafmcli.kernels.sorting import stable_argsort
 
 HOT_SAMPLE = 4096  # rows whose features decide which are hot
 HOT_SHARE = 1 / 512  # a hot feature is in at least this share of them (replica-aware loop: it merges only the
@@ -252,7 +253,7 @@ def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max
             counts[indices[k]] += 1
     need = max(1, int(np.ceil(min_share * n)))
     ids = np.nonzero(counts >= need)[0]
-    ids = ids[np.argsort(-counts[ids], kind="mergesort")][:max_hot].astype(np.int32)
+    ids = ids[stable_argsort(-counts[ids])][:max_hot].astype(np.int32)
     slot = np.full(n_features, -1, dtype=np.int32)
     bits = np.zeros(n_features // 8 + 1, dtype=np.uint8)
     for s in range(ids.shape[0]):

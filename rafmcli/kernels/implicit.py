@@ -243,10 +243,12 @@ def _make_trainers(method):
                     lin_ctx += linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
             for j in range(K + 1):
                 so, qo = (j + 1) * W, (j + 1) * m
-                S[so:so + W] = S[:W]
-                T[so:so + W] = T[:W]
-                Q[qo:qo + m] = Q[:m]
-                R[qo:qo + m] = R[:m]
+                for f in range(W):  # loops: numba's slice-from-array assignment takes seconds to compile
+                    S[so + f] = S[f]
+                    T[so + f] = T[f]
+                for l in range(m):
+                    Q[qo + l] = Q[l]
+                    R[qo + l] = R[l]
                 u = vals[j]
                 add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
                          S, T, so, Q, R, qo)

@@ -267,15 +267,16 @@ PREDICTION_CHUNKS = 512  # row ranges a prediction is cut into, claimed by the t
 def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nested, n_threads=None):
     """Raw scores w0 + Sum w_i x_i + pairwise part for every row: chunks of rows claimed by
     ``n_threads`` threads (default: every available core; one below SMALL_PREDICTION rows). The
-    arrays are passed read-only, however they came (kernels.read_only: one compiled kernel)."""
+    rows are passed read-only, however they came (kernels.read_only: one compiled kernel); the
+    model's arrays as they are, writable, as training passes them to the same row kernels."""
     from rafmcli import threads
 
     n = indptr.shape[0] - 1
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
     workers = 1 if n < SMALL_PREDICTION else n_threads
-    threads.spread(_predict_chunks, n_chunks, n_chunks, *read_only(indptr, indices, values, lev, widths, offsets, V, w),
-                   float(w0), nested, out, _claims(workers), threads=workers)
+    threads.spread(_predict_chunks, n_chunks, n_chunks, *read_only(indptr, indices, values), lev, widths, offsets,
+                   V, w, float(w0), nested, out, _claims(workers), threads=workers)
     return out
 
 
@@ -323,7 +324,7 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
     out = np.empty(n)
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
     workers = 1 if n < SMALL_PREDICTION else n_threads
-    indptr, ids, values, lev, widths, offsets, V, w = read_only(indptr, ids, values, lev, widths, offsets, V, w)
+    indptr, ids, values = read_only(indptr, ids, values)
     misses = threads.spread(_predict_chunks_by_id, n_chunks, n_chunks, indptr, ids, values, table, lev, widths,
                             offsets, V, w, float(w0), nested, out, _claims(workers), threads=workers)
     return out, sum(misses)

@@ -47,7 +47,12 @@ def _compile_one_at_a_time():
 
     def compile_once(self, sig):
         func = self.py_func
-        cells = tuple(c.cell_contents for c in func.__closure__ or () if isinstance(c.cell_contents, int))
+        cells = []
+        for cell in func.__closure__ or ():
+            try:
+                cells.append(repr(cell.cell_contents) if isinstance(cell.cell_contents, int) else "")
+            except ValueError:  # an empty cell
+                cells.append("")
         name = hashlib.sha256(f"{func.__module__}.{func.__qualname__}{cells}".encode()).hexdigest()[:20]
         with global_compiler_lock:
             if name in held:

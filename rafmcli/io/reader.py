@@ -53,6 +53,9 @@ _MESSAGES = {
 }
 
 
+_READ_ONLY = ("labels", "indptr", "indices", "values", "feature_ids", "counts", "feature_fields")
+
+
 @dataclass
 class Dataset:
     """A parsed file: CSR rows, labels and feature-occurrence counts.
@@ -80,12 +83,12 @@ class Dataset:
     columns: object = field(default=None, repr=False, compare=False)
     cached: bool = field(default=False, repr=False, compare=False)
 
-    def __post_init__(self):
-        """The arrays become read-only views, as those mapped from the cache are: the kernels
-        then see one type whether a file was parsed or mapped (kernels.read_only)."""
-        for name in ("labels", "indptr", "indices", "values", "feature_ids", "counts", "feature_fields"):
-            if getattr(self, name) is not None:
-                setattr(self, name, read_only(getattr(self, name))[0])
+    def __setattr__(self, name, value):
+        """The arrays become read-only views when set, as those mapped from the cache are: the
+        kernels then see one type whether a file was parsed, mapped or given (kernels.read_only)."""
+        if name in _READ_ONLY and value is not None:
+            value = read_only(value)[0]
+        object.__setattr__(self, name, value)
 
     @property
     def n_rows(self):

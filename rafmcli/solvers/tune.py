@@ -178,8 +178,7 @@ def _load_split(folder, name, path):
 
     def part(key):
         file = os.path.join(folder, f"{name}.{key}.npy")
-        # copy-on-write: numba compiles read-only arrays as another type
-        return np.load(file, mmap_mode="c") if os.path.exists(file) else None
+        return np.load(file, mmap_mode="r") if os.path.exists(file) else None
 
     return Dataset(path, part("labels"), part("indptr"), part("indices"), part("values"), part("feature_ids"),
                    part("counts"))

@@ -28,7 +28,6 @@ if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subpro
                                                  _kernel_source_hash())
 
 
-
 def _compile_one_at_a_time():
     """The test workers (pytest-xdist) do not compile the same kernel side by side: numba caches a
     kernel once compiled but has no lock, and a cold suite compiled its commonest kernels twice at

@@ -419,11 +419,8 @@ def _read_state(members, header, model):
     opt = _field(header, "optimizer_state", dict, valid,
                  f'an object {{"method": one of {", ".join(STATE_ARRAYS)}, "steps": count}}')
     arrays = {}
-    v1_size = model.rowwise_size if opt["method"] == "rowwise-adagrad" else model.V.shape[0]
-    for name, size in (("V1", v1_size), ("V2", model.V.shape[0]), ("w1", model.w.shape[0]),
-                       ("w2", model.w.shape[0])):
+    for name, size in model.state_sizes(opt["method"]).items():
         arrays[name] = members.array("state_" + name, np.float32, aligned=name.startswith("V"))
-        size = size if name in STATE_ARRAYS[opt["method"]] else 0
         if arrays[name].shape[0] != size or not members.finite("state_" + name):
             raise Damaged(f"state_{name}.npy has {arrays[name].shape[0]} values, not {size} as {opt['method']} "
                           f"keeps, or values that are not finite")

@@ -34,6 +34,11 @@ def aligned_copy(a):
     return out
 
 
+# the accumulators each optimizer method keeps (OptimizerState's other arrays are empty)
+STATE_ARRAYS = {"sgd": (), "sgda": (), "adagrad": ("V1", "w1"), "rowwise-adagrad": ("V1", "w1"),
+                "adam": ("V1", "V2", "w1", "w2")}
+
+
 @dataclass
 class Model:
     kind: str                 # "fm", "rafm" or "difacto"
@@ -76,6 +81,13 @@ class Model:
         """Entries of row-wise AdaGrad's state: one a factor row, the row at V[start] at
         start // (narrowest width) (kernels/forward.row_unit)."""
         return self.V.shape[0] // int(self.widths.min())
+
+    def state_sizes(self, method):
+        """{V1, V2, w1, w2: entries} of ``method``'s optimizer state, 0 for what it does not keep
+        (STATE_ARRAYS): V's size (row-wise AdaGrad's V1: :attr:`rowwise_size`) or w's."""
+        full = {"V1": self.rowwise_size if method == "rowwise-adagrad" else self.V.shape[0],
+                "V2": self.V.shape[0], "w1": self.w.shape[0], "w2": self.w.shape[0]}
+        return {name: size if name in STATE_ARRAYS[method] else 0 for name, size in full.items()}
 
     def rowwise_index(self, level, rows):
         """Where row-wise AdaGrad's sums of internal features ``rows`` at ``level`` (1-based) are."""
@@ -164,11 +176,6 @@ class OptimizerState:
         return tuple(getattr(self, name) for name in self.ARRAYS)
 
 
-# the accumulators each method keeps (OptimizerState's other arrays are empty)
-STATE_ARRAYS = {"sgd": (), "sgda": (), "adagrad": ("V1", "w1"), "rowwise-adagrad": ("V1", "w1"),
-                "adam": ("V1", "V2", "w1", "w2")}
-
-
 def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     """``model`` with the features of ``feature_ids`` it lacks added (to continue training).
 
@@ -197,11 +204,10 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     if model.state is not None:
         st = model.state
         rowwise = st.method == "rowwise-adagrad"
-        n_v1 = grown.rowwise_size if rowwise else grown.V.shape[0]
-        grown.state = OptimizerState(st.method, aligned_zeros(n_v1 if st.V1.shape[0] else 0, st.V1.dtype),
-                                     aligned_zeros(grown.V.shape[0] if st.V2.shape[0] else 0, st.V2.dtype),
-                                     *(np.zeros(grown.w.shape[0] if a.shape[0] else 0, a.dtype)
-                                       for a in (st.w1, st.w2)), st.bias.copy(), st.steps)
+        n = grown.state_sizes(st.method)
+        grown.state = OptimizerState(st.method, aligned_zeros(n["V1"], st.V1.dtype),
+                                     aligned_zeros(n["V2"], st.V2.dtype), np.zeros(n["w1"], st.w1.dtype),
+                                     np.zeros(n["w2"], st.w2.dtype), st.bias.copy(), st.steps)
         if st.method in ADAGRAD_METHODS:  # new features' sums start where a fresh run's do
             grown.state.V1[:] = ADAGRAD_START
             grown.state.w1[:] = ADAGRAD_START

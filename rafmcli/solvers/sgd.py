@@ -17,7 +17,7 @@ from rafmcli.kernels import read_only
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
-from rafmcli.model.layout import STATE_ARRAYS, OptimizerState, aligned_copy, aligned_zeros, build, extend
+from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 from rafmcli.threads import for_work
@@ -79,13 +79,9 @@ def optimizer_state(method, model):
     accV1 one sum a factor row, Model.rowwise_index); AdaGrad's sums start at
     ADAGRAD_START (options.py), Adam's moments at 0.
     """
-    keeps = STATE_ARRAYS[method]
-    n_v1 = model.rowwise_size if method == "rowwise-adagrad" else model.V.shape[0]
-    state = (aligned_zeros(n_v1 if "V1" in keeps else 0, model.V.dtype),
-             aligned_zeros(model.V.shape[0] if "V2" in keeps else 0, model.V.dtype),
-             np.zeros(model.w.shape[0] if "w1" in keeps else 0, dtype=model.w.dtype),
-             np.zeros(model.w.shape[0] if "w2" in keeps else 0, dtype=model.w.dtype),
-             np.zeros(2))
+    n = model.state_sizes(method)
+    state = (aligned_zeros(n["V1"], model.V.dtype), aligned_zeros(n["V2"], model.V.dtype),
+             np.zeros(n["w1"], dtype=model.w.dtype), np.zeros(n["w2"], dtype=model.w.dtype), np.zeros(2))
     if method in ADAGRAD_METHODS:
         for sums in state[0], state[2]:
             sums[:] = ADAGRAD_START

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from rafmcli.kernels import read_only
 from rafmcli.levels import assign_levels, summarize
 
 MAX_DISTINCT_LABELS = 10
@@ -16,7 +17,7 @@ def occurrence_histogram(counts):
     counts = np.asarray(counts)
     if counts.size == 0:
         return []
-    return _histogram_rows(occurrence_buckets(counts))
+    return _histogram_rows(occurrence_buckets(*read_only(counts)))
 
 
 def _histogram_rows(per_bucket):
@@ -52,7 +53,7 @@ def label_summary(labels):
         out.update(min=float(labels.min()), mean=mean(labels), max=float(labels.max()))
         from rafmcli.kernels.counting import distinct_values
 
-        distinct, few = distinct_values(labels, MAX_DISTINCT_LABELS)
+        distinct, few = distinct_values(*read_only(labels), MAX_DISTINCT_LABELS)
         if few:
             out["distinct"] = [float(v) for v in distinct]
     return out

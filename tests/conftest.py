@@ -29,42 +29,14 @@ if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subpro
 
 
 def _compile_one_at_a_time():
-    """The test workers (pytest-xdist) do not compile the same kernel side by side: numba caches a
-    kernel once compiled but has no lock, and a cold suite compiled its commonest kernels twice at
-    once on the same two cores. A worker that needs a kernel the other is compiling waits for it
-    (a lock file a kernel), then numba loads it from the cache. Locks are taken under numba's
-    compiler lock and from caller to callee, so they cannot deadlock."""
-    import fcntl
+    """No two processes of the test run compile the same kernel at once (tests/compile_lock): this
+    worker, and every Python process a test starts, which finds the lock's sitecustomize first on
+    PYTHONPATH."""
+    from compile_lock.sitecustomize import install
 
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.dispatcher import Dispatcher
-
-    folder = os.path.join(os.environ["NUMBA_CACHE_DIR"], "compiling")
-    os.makedirs(folder, exist_ok=True)
-    compile_here = Dispatcher.compile
-    held = set()
-
-    def compile_once(self, sig):
-        func = self.py_func
-        cells = []
-        for cell in func.__closure__ or ():
-            try:
-                cells.append(repr(cell.cell_contents) if isinstance(cell.cell_contents, int) else "")
-            except ValueError:  # an empty cell
-                cells.append("")
-        name = hashlib.sha256(f"{func.__module__}.{func.__qualname__}{cells}".encode()).hexdigest()[:20]
-        with global_compiler_lock:
-            if name in held:
-                return compile_here(self, sig)
-            with open(os.path.join(folder, name), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                held.add(name)
-                try:
-                    return compile_here(self, sig)
-                finally:
-                    held.discard(name)
-
-    Dispatcher.compile = compile_once
+    install()
+    folder = os.path.join(ROOT, "tests", "compile_lock")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
 
 
 _compile_one_at_a_time()

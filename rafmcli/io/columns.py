@@ -33,7 +33,7 @@ def build(data):
     values = np.asarray(data.values) if data.values is not None else np.zeros(0, np.float32)
     rows = np.empty(data.nnz, dtype=np.int32)
     col_values = np.empty(values.shape[0], dtype=np.float32)
-    transpose(np.asarray(data.indptr), np.asarray(data.indices), values, column, indptr, rows, col_values)
+    transpose(*read_only(data.indptr, data.indices, values), column, indptr, rows, col_values)
     return Columns(*read_only(indptr, rows, col_values))  # as the cache's maps are (kernels.read_only)
 
 

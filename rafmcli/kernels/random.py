@@ -92,7 +92,8 @@ def _draw(state):
 def fill_normal(out, stdev, key, n_threads=None):
     """out[:] = N(0, stdev^2) draws; chunk c of CHUNK values from the stream of (key, c),
     ranges of chunks on ``n_threads`` threads (default: every available core)."""
-    threads.spread(_fill_chunks, (out.shape[0] + CHUNK - 1) // CHUNK, out, stdev, key, threads=n_threads)
+    threads.spread(_fill_chunks, (out.shape[0] + CHUNK - 1) // CHUNK, out, float(stdev), key,  # an int: another compile
+                   threads=n_threads)
 
 
 @njit(cache=True, nogil=True)

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from rafmcli import threads
+from rafmcli.kernels import read_only
 
 CHUNKS = 64
 SMALL = 1 << 16  # entries below which one thread does the work
@@ -24,7 +25,7 @@ def _threads(n):
 def id_table(known, length):
     """table[known[j]] = j, -1 elsewhere below ``length`` (the ids in ``known`` are distinct)."""
     table = np.full(length, -1, dtype=np.int32)
-    threads.spread(_fill_table, CHUNKS, known, table, threads=_threads(known.shape[0]))
+    threads.spread(_fill_table, CHUNKS, *read_only(known), table, threads=_threads(known.shape[0]))
     return table
 
 
@@ -38,7 +39,7 @@ def _fill_table(lo, hi, known, table):
 def map_ids(ids, table):
     """(table[ids] with -1 for ids beyond the table, how many are -1)."""
     out = np.empty(ids.shape[0], dtype=np.int32)
-    misses = threads.spread(_map_ids, CHUNKS, ids, table, out, threads=_threads(ids.shape[0]))
+    misses = threads.spread(_map_ids, CHUNKS, *read_only(ids, table), out, threads=_threads(ids.shape[0]))
     return out, sum(misses)
 
 
@@ -63,15 +64,15 @@ def drop_unseen(indptr, internal, values, ids):
     """
     workers = _threads(internal.shape[0])
     counts = np.zeros((CHUNKS + 1, 2), dtype=np.int64)  # kept and dropped entries before chunk c
-    threads.spread(_count_kept, CHUNKS, indptr, internal, counts, threads=workers)
+    threads.spread(_count_kept, CHUNKS, *read_only(indptr, internal), counts, threads=workers)
     counts = np.cumsum(counts, axis=0)
     out_ptr = np.empty(indptr.shape[0], dtype=np.int64)
     out_ptr[0] = 0
     out_idx = np.empty(counts[CHUNKS, 0], dtype=np.int32)
     out_val = np.empty(counts[CHUNKS, 0] if values.shape[0] else 0, dtype=values.dtype)
     unseen = np.empty(counts[CHUNKS, 1], dtype=ids.dtype)
-    threads.spread(_drop_unseen, CHUNKS, indptr, internal, values, ids, counts, out_ptr, out_idx, out_val,
-                   unseen, threads=workers)
+    threads.spread(_drop_unseen, CHUNKS, *read_only(indptr, internal, values, ids), counts, out_ptr, out_idx,
+                   out_val, unseen, threads=workers)
     return out_ptr, out_idx, out_val, unseen
 
 

@@ -475,7 +475,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
             keys = rng.integers(0, 2**63, size=3, dtype=np.int64)
             if probit:
                 train_scores = target - e
-                K.probit_residuals(train_scores, labels, sampling, keys[2], e)
+                K.probit_residuals(train_scores, *read_only(labels), sampling, keys[2], e)
                 np.add(train_scores, e, out=target)
             alpha = draw_alpha(rng, float(np.square(e).sum()), n) if sampling and not probit else 1.0
             if opts.bias:

@@ -40,6 +40,8 @@ def _patch(dispatcher_module):
     os.makedirs(folder, exist_ok=True)
     Dispatcher = dispatcher_module.Dispatcher
     compile_here = Dispatcher.compile
+    if getattr(compile_here, "one_at_a_time", False):  # patched already (a second lock on the same file
+        return                                          # from this process would wait for itself)
     held = set()
 
     def compile_once(self, sig):
@@ -55,6 +57,7 @@ def _patch(dispatcher_module):
                 finally:
                     held.discard(name)
 
+    compile_once.one_at_a_time = True
     Dispatcher.compile = compile_once
 
 
@@ -82,7 +85,7 @@ def install():
         return
     if DISPATCHER in sys.modules:
         _patch(sys.modules[DISPATCHER])
-    else:
+    elif not any(type(f).__name__ == _PatchOnImport.__name__ for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport())
 
 

@@ -237,12 +237,23 @@ class _FMEstimator:
                     input_tags=InputTags(sparse=True, allow_nan=False))
 
     def __setstate__(self, state):
-        """Unpickled factors are put back on cache lines (the kernels' layout)."""
+        """Unpickled factors are put back on cache lines (the kernels' layout), and the
+        parameters made writable, as training leaves them: joblib's ``load(mmap_mode="r")``
+        maps them read-only, another numba type, which would compile every prediction
+        kernel a second time."""
         self.__dict__.update(state)
         if "model_" in state:
             from rafmcli.model.layout import aligned_copy
 
-            self.model_.V = aligned_copy(self.model_.V)
+            model, done = self.model_, {}  # done: an array shared by the model and a sample stays shared
+
+            def copied(a, align):
+                if id(a) not in done:
+                    done[id(a)] = aligned_copy(a) if align else a if a.flags.writeable else np.array(a)
+                return done[id(a)]
+
+            model.V, model.w = copied(model.V, True), copied(model.w, False)
+            model.samples = [(w0, copied(w, False), copied(V, True)) for w0, w, V in model.samples]
 
     # options
     def options(self):

@@ -62,14 +62,9 @@ def _sample_margins(model, rows):
 
 
 def _each_sample(model, score):
-    """score(lev, widths, offsets, V, w, w0) for every kept draw (one: the model itself).
-
-    The parameters go to the kernels writable, as training's are: a read-only one (an
-    estimator loaded from a read-only memory map, as joblib does) is another numba type,
-    another compile of every prediction kernel; it is copied instead."""
+    """score(lev, widths, offsets, V, w, w0) for every kept draw (one: the model itself)."""
     lev, widths, offsets = model.kernel_model()[:3]
     for w0, w, V in model.samples or [(model.w0, model.w, model.V)]:
-        V, w = (a if a.flags.writeable else np.array(a) for a in (V, w))
         yield score(lev, widths, offsets, V, w, w0)
 
 

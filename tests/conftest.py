@@ -30,8 +30,8 @@ if "NUMBA_CACHE_DIR" not in os.environ:  # before anything imports numba; subpro
 
 def _compile_one_at_a_time():
     """No two processes of the test run compile the same kernel at once (tests/compile_lock): this
-    worker, and every Python process a test starts, which finds the lock's sitecustomize first on
-    PYTHONPATH."""
+    worker, and the Python processes tests start with this PYTHONPATH, which find the lock's
+    sitecustomize first on it."""
     from compile_lock.sitecustomize import install
 
     install()

@@ -160,6 +160,22 @@ def test_pickle_keeps_factors_on_cache_lines(sample):
     np.testing.assert_array_equal(again.predict(X), est.predict(X))
 
 
+def test_an_estimator_mapped_read_only_gets_writable_parameters(sample, tmp_path):
+    """joblib's load(mmap_mode="r") maps the arrays read-only, which numba types apart: the
+    unpickled model's parameters, its kept MCMC draws' too, are writable copies on cache lines
+    (one compile of each prediction kernel), and predict as before."""
+    joblib = pytest.importorskip("joblib")
+    X, y = api.read_data(sample("regression.train"))
+    est = api.FMRegressor(ranks=(4, 16), method="mcmc", iters=6, keep_samples=3).fit(X, y)
+    joblib.dump(est, tmp_path / "est.joblib")
+    again = joblib.load(tmp_path / "est.joblib", mmap_mode="r")
+    arrays = [again.model_.w, again.model_.V] + [a for _, w, V in again.model_.samples for a in (w, V)]
+    assert len(again.model_.samples) == 3
+    assert all(a.flags.writeable for a in arrays)
+    assert all(V.ctypes.data % CACHE_LINE == 0 for V in arrays[1::2])
+    np.testing.assert_array_equal(again.predict(X), est.predict(X))
+
+
 def test_readme_notebook_session_runs(tmp_path):
     """README's notebook section, executed as it stands, from the repository root."""
     pytest.importorskip("scipy")

@@ -14,6 +14,7 @@ from naive import pair_loop
 
 from rafmcli.io.reader import Dataset, feature_counts
 from rafmcli.kernels import coordinate as K
+from rafmcli.kernels import read_only
 from rafmcli.options import Options
 from rafmcli.solvers import coordinate as C
 
@@ -394,7 +395,7 @@ def test_probit_latent_draws_are_truncated_normals(score, positive):
 
     N = 200000
     scores = np.full(N, score)
-    labels = np.full(N, 1.0 if positive else -1.0)
+    labels = read_only(np.full(N, 1.0 if positive else -1.0))[0]  # as the solver passes them
     e = np.empty(N)
     K.probit_residuals(scores, labels, True, 7, e)
     a = -score if positive else score  # standardised bound: X >= a, with e = X (positive) or -X

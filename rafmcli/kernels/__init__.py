@@ -4,11 +4,12 @@ import numpy as np
 
 
 def read_only(*arrays):
-    """Read-only views of ``arrays``: what the kernels are given as a data set's rows.
+    """Read-only views of ``arrays``: what the kernels are given as input they only read
+    (a data set's rows, id tables, counts, labels).
 
     numba compiles a kernel once per argument type, and a read-only array is another type:
     rows mapped from the binary cache are read-only, rows built in memory are not. Passing
-    every row array read-only compiles each kernel once (and guards the data from a kernel).
+    every such input read-only compiles each kernel once (and guards the data from a kernel).
     """
     views = []
     for a in arrays:

@@ -365,7 +365,7 @@ def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, wid
     n = indptr.shape[0] - 1
     soff, S, T, Q, R, B = row_scratch(widths)
     slots = BY_ID_AHEAD + 1
-    longest = 0  # room of each of the ring's row buffers
+    longest = np.int64(0)  # room of each of the ring's row buffers (0 would type a literal: another compile)
     idx = np.empty(0, dtype=np.int32)
     val = np.empty(0, dtype=np.float32)
     unseen = 0

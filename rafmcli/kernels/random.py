@@ -92,8 +92,8 @@ def _draw(state):
 def fill_normal(out, stdev, key, n_threads=None):
     """out[:] = N(0, stdev^2) draws; chunk c of CHUNK values from the stream of (key, c),
     ranges of chunks on ``n_threads`` threads (default: every available core)."""
-    threads.spread(_fill_chunks, (out.shape[0] + CHUNK - 1) // CHUNK, out, float(stdev), key,  # an int: another compile
-                   threads=n_threads)
+    threads.spread(_fill_chunks, (out.shape[0] + CHUNK - 1) // CHUNK, out, float(stdev), key,
+                   threads=n_threads)  # float: an int stdev would compile the kernel a second time
 
 
 @njit(cache=True, nogil=True)

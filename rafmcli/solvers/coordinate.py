@@ -468,6 +468,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
         bar = tqdm(total=opts.iters, unit="iter", leave=False, desc=f"{opts.model} {opts.method}", disable=None)
     # e = target - y_hat is kept exact by every update; the probit target is the latent z
     target = labels.copy()
+    labels = read_only(labels)[0]  # as the kernels take their inputs (kernels.read_only)
     scratch.start(problem, target - scores(problem.csr))
     try:
         for it in range(1, opts.iters + 1):
@@ -475,7 +476,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
             keys = rng.integers(0, 2**63, size=3, dtype=np.int64)
             if probit:
                 train_scores = target - e
-                K.probit_residuals(train_scores, *read_only(labels), sampling, keys[2], e)
+                K.probit_residuals(train_scores, labels, sampling, keys[2], e)
                 np.add(train_scores, e, out=target)
             alpha = draw_alpha(rng, float(np.square(e).sum()), n) if sampling and not probit else 1.0
             if opts.bias:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rafmcli.kernels import read_only
 from rafmcli.options import MAX_LEVELS, MAX_RANK
 
 
@@ -33,7 +34,7 @@ def assign_levels(counts, ranks):
     """
     from rafmcli.kernels.counting import assign_levels as kernel
 
-    return kernel(np.asarray(counts), level_bounds(ranks))
+    return kernel(*read_only(counts), level_bounds(ranks))
 
 
 @dataclass
@@ -71,7 +72,7 @@ def summarize(levels, counts, n_rows, ranks):
     from rafmcli.kernels.counting import level_totals
 
     m = len(ranks)
-    top, per_level = level_totals(np.asarray(levels), np.asarray(counts), m)
+    top, per_level = level_totals(*read_only(levels, counts), m)
     return summary_of_totals(top, per_level, n_rows, ranks, int(levels.shape[0]))
 
 

@@ -5,7 +5,7 @@ The chain, each link checked against the one before, all references float64
 1. ``naive.row_gradient`` (formula from the pair loop) equals finite
    differences of ``naive.objective``, each variant's objective with its
    stop-gradients, per parameter group;
-2. the kernel's gradient (GRADIENT mode) equals ``naive.row_gradient``;
+2. the kernel's gradient (an SGD step at learning rate 1) equals ``naive.row_gradient``;
 3. one SGD, AdaGrad and Adam step of the kernel equals the closed form
    ``naive.optimizer_step`` of that gradient, from a random mid-training
    optimizer state (a fresh Adam state makes the first step lr sign(g), blind
@@ -56,11 +56,11 @@ def reg_levels(m):
     return REG[2][:m]
 
 
-def kernel_run(model, y, variant, method, state, y_range=(-1e9, 1e9)):
+def kernel_run(model, y, variant, method, state, y_range=(-1e9, 1e9), rates=(LR, LR_DEP)):
     """One row through the training kernel; updates model and state in place."""
     lev, widths, offsets, V, w, w0 = model.kernel_model()
     hyper = np.zeros(K.N_HYPER)
-    hyper[K.H_LR], hyper[K.H_LR_DEP] = LR, LR_DEP
+    hyper[K.H_LR], hyper[K.H_LR_DEP] = rates
     hyper[K.H_REG0], hyper[K.H_REG1] = REG[0], REG[1]
     hyper[K.H_DEP_WEIGHT] = WEIGHT
     hyper[K.H_BETA1], hyper[K.H_BETA2], hyper[K.H_EPS] = BETA1, BETA2, EPS
@@ -134,13 +134,16 @@ def test_kernel_gradient_equals_reference(task, kind, ranks, variant):
     model = make_model(kind, ranks, task)
     y = label(task)
     want = row_gradient(model, IDS, VALS, y, variant, WEIGHT, (REG[0], REG[1], reg_levels(len(ranks))))
-    state = (np.zeros_like(model.V), np.zeros(0, np.float32), np.zeros_like(model.w), np.zeros(0, np.float32),
-             np.zeros(2))
-    kernel_run(model, y, variant, K.GRADIENT, state)
-    assert state[4][0] == pytest.approx(want[0], rel=1e-5, abs=1e-6)
-    np.testing.assert_allclose(state[2], want[1], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(state[0], want[2], rtol=1e-4, atol=2e-6)
-    assert np.all((state[0] == 0) == (want[2] == 0))
+    before = (model.w0, model.w.astype(np.float64), model.V.astype(np.float64))
+    # the gradient is the change of one SGD step at learning rates 1 (as the serial loop steps every
+    # parameter from the row's forward pass: no parameter's step sees another's), float32 steps
+    # exact to the rounding of the new values; the training loop's own kernel, compiled anyway
+    kernel_run(model, y, variant, K.SGD, optimizer_state("sgd", model), rates=(1.0, 1.0))
+    d0, dw, dV = (b - np.asarray(a, np.float64) for b, a in zip(before, (model.w0, model.w, model.V)))
+    assert d0 == pytest.approx(want[0], rel=1e-5, abs=1e-6)
+    np.testing.assert_allclose(dw, want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dV, want[2], rtol=1e-4, atol=2e-6)
+    assert np.all((dV == 0) == (want[2] == 0))
 
 
 def random_state(method, model, rng):

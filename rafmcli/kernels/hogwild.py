@@ -46,7 +46,6 @@ from rafmcli.kernels.sgd import (
     ADAGRAD,
     ADAM,
     CHUNK_ROWS,
-    GRADIENT,
     H_BETA1,
     H_BETA2,
     H_BIAS_ON,
@@ -386,7 +385,7 @@ def _make_trainer(method):
     return rows_range
 
 
-_WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
+_WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}
 
 
 class SpareRows(NamedTuple):

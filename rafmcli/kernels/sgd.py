@@ -57,7 +57,7 @@ TASK_CLASSIFICATION = 1
 SGD = 0
 ADAGRAD = 1
 ADAM = 2
-GRADIENT = 3  # store the gradient in acc1 instead of stepping (tests)
+GRADIENT = 3  # store the gradient in acc1 instead of stepping (the implicit trainer's tests)
 ROWWISE = 4  # row-wise AdaGrad: one sum of squared gradients a factor row (forward.row_unit)
 
 PAPER = 0  # Algorithm 1: dependent variables step on L(B_{1,p}, B_{1,p+1}) at rate rho_d
@@ -373,7 +373,7 @@ def _make_trainers(method):
     return train_rows
 
 
-_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
+_TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}
 
 
 def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, variant, method):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from rafmcli import metrics
-from rafmcli.kernels import read_only
 
 N_SAMPLED = 100
 
@@ -43,7 +42,7 @@ def fixed_negatives(vocab, noise, rows, K, tries, seed):
     groups, vals = draw_negatives(row_values, noise.group_ptr, noise.group_prob, noise.group_alias,
                                   noise.value_prob, noise.value_alias, noise.table, tries, K,
                                   rng_streams(seed, 1))
-    feat, xs, parts = sort_rows_by_group(*read_only(*rows[:3]), vocab.group_of, vocab.n_groups)
+    feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], vocab.group_of, vocab.n_groups)
     negatives = swap_group(feat, xs, parts, groups, vals, vocab.ptr, vocab.feat, vocab.x)
     logq = np.where(vals >= 0, noise.logq[np.maximum(vals, 0)], noise.log_unseen[groups][:, None])
     return SampledNegatives(rows[:3], negatives, logq + np.log(K), K)
@@ -95,7 +94,7 @@ def contexts(vocab, rows, group, train_values=None):
     each context's values seen in training are excluded."""
     from rafmcli.kernels.sampling import sort_rows_by_group
 
-    feat, xs, parts = sort_rows_by_group(*read_only(*rows[:3]), vocab.group_of, vocab.n_groups)
+    feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], vocab.group_of, vocab.n_groups)
     if train_values is None:
         ptr, excl = np.zeros(parts.shape[0] + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     else:

@@ -12,6 +12,7 @@ from naive import group_values, implicit_loss, pair_loop, read_word2vec
 from numba import njit
 
 from rafmcli.kernels import implicit as KI
+from rafmcli.kernels import read_only
 from rafmcli.kernels import sgd as KS
 from rafmcli.kernels.forward import FAST
 from rafmcli.kernels.sampling import draw_negatives
@@ -29,10 +30,11 @@ ROWS = [[(0, 1.0), (3, 1.0), (6, 0.5), (7, 0.5)],
 
 
 def csr(rows):
+    """Rows in ``kernel_rows`` form, read-only as it gives them (one compile of each kernel)."""
     indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
     ids = np.array([i for r in rows for i, _ in r], dtype=np.int32)
     xs = np.array([x for r in rows for _, x in r], dtype=np.float32)
-    return indptr, ids, xs
+    return read_only(indptr, ids, xs)
 
 
 def tiny(kind="fm", ranks=(3,), seed=0):

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rafmcli.kernels import read_only
-
 
 @dataclass
 class Vocabulary:
@@ -53,7 +51,7 @@ class Vocabulary:
         """Value ids [n, G] of rows in ``kernel_rows`` form; -1 for a value never seen."""
         from rafmcli.kernels.sampling import index_group_values, sort_rows_by_group
 
-        feat, xs, parts = sort_rows_by_group(*read_only(*rows[:3]), self.group_of, self.n_groups)
+        feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], self.group_of, self.n_groups)
         found = index_group_values(feat, xs.view(np.uint32), parts, self.ptr, self.feat,
                                    self.x.view(np.uint32), self.value_group(), False)
         return found[0]
@@ -77,7 +75,7 @@ def build_vocabulary(rows, group_of, n_groups):
     from rafmcli.kernels.sampling import index_group_values, sort_rows_by_group
 
     group_of = np.ascontiguousarray(group_of, dtype=np.int32)
-    feat, xs, parts = sort_rows_by_group(*read_only(*rows[:3]), group_of, n_groups)
+    feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], group_of, n_groups)
     none64, none32 = np.zeros(1, np.int64), np.zeros(0, np.int32)
     row_values, _, rep_row, rep_group, counts = index_group_values(
         feat, xs.view(np.uint32), parts, none64, none32, none32.view(np.uint32), np.zeros(0, np.int64), True)

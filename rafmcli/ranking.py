@@ -92,9 +92,11 @@ class Contexts:
 def contexts(vocab, rows, group, train_values=None):
     """Rows as contexts for ranking group ``group``; with the training rows' values,
     each context's values seen in training are excluded."""
+    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import sort_rows_by_group
 
     feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], vocab.group_of, vocab.n_groups)
+    feat, xs = read_only(feat, xs)  # read-only as the vocabulary's candidates: one numba type for both
     if train_values is None:
         ptr, excl = np.zeros(parts.shape[0] + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     else:

@@ -752,11 +752,20 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
     assert np.array_equal(est.model_.V, cli.V) and np.array_equal(est.model_.w, cli.w)
     assert not np.array_equal(model_files.load(str(tmp_path / "default.rafm")).V, cli.V)  # the flag reaches the kernel
     names, scores = est.recommend(X_valid, group=1, k=3, exclude_seen=X)
+    compiled = _recommend_signatures()
     result = run(["recommend", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "-k", "3",
                   "--exclude-seen", str(root / "train.libfm"), str(root / "valid.libfm")])
     table = [line.split("\t") for line in result.output.splitlines()[1:]]
     assert [f[2] for f in table] == [n for row in names for n in row]
     np.testing.assert_allclose([float(f[3]) for f in table], scores[~np.isnan(scores)], rtol=1e-5, atol=1e-6)
+    joblib = pytest.importorskip("joblib")
+    joblib.dump(est, tmp_path / "est.joblib")
+    mapped = joblib.load(tmp_path / "est.joblib", mmap_mode="r")
+    again_names, again_scores = mapped.recommend(X_valid, group=1, k=3, exclude_seen=X)
+    assert again_names == names
+    np.testing.assert_array_equal(again_scores, scores)
+    # a vocabulary built, mapped from a model file or unpickled read-only is one numba type
+    assert _recommend_signatures() == compiled
     result = run(["embed", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "--out", str(tmp_path / "v.txt")])
     written = read_word2vec((tmp_path / "v.txt").read_text())
     names, vectors = est.embeddings(group=1)
@@ -769,6 +778,15 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
         api.FMClassifier.load(tmp_path / "api.rafm")
     with pytest.raises(ValueError, match="needs feature groups"):
         api.FMImplicit(model="fm", ranks=4).fit(X)
+
+
+def _recommend_signatures():
+    """How many argument types each kernel of recommending has been compiled for."""
+    from rafmcli.kernels import recommend, sampling
+
+    kernels = [getattr(recommend, name) for name in ("candidate_constants", "top_k", "_alone", "_cross")]
+    kernels += [sampling.sort_rows_by_group, sampling.index_group_values, KI.add_sums, KI.linear_sum]
+    return [len(k.signatures) for k in kernels]
 
 
 def test_implicit_input_errors(planted, tmp_path):

@@ -287,7 +287,7 @@ def parse_block(buf, n, line_no, nz_base, labels, indptr, indices, values, field
     cap_rows = min(labels.shape[0], indptr.shape[0] - 1)
     cap_nz = min(indices.shape[0], values.shape[0], fields.shape[0])
     row = 0
-    nz = 0
+    nz = np.int64(0)  # not a literal 0: the row helpers would compile once more for it
     max_index = -1
     repeats = 0
     ones = True
@@ -483,7 +483,7 @@ def parse_parts(lo, hi, buf, cuts, labels, indptr, indices, values, fields, fmt,
         r0, i0, z0, cap = _region(cuts, p)
         indptr[i0] = 0
         code, lines, rows, nz, mx, rep, e0, e1, ones, form = parse_block(
-            buf[a:b], b - a, 0, 0, labels[r0:r0 + cap], indptr[i0:i0 + cap + 1],
+            buf[a:b], b - a, np.int64(0), np.int64(0), labels[r0:r0 + cap], indptr[i0:i0 + cap + 1],
             indices[z0:z0 + cap], values[z0:z0 + cap], fields[z0:z0 + cap], fmt)
         results[p, R_CODE] = code
         results[p, R_LINES] = lines

@@ -92,7 +92,7 @@ def saturation_colouring(indptr, col, colptr, rows, rank):
     colours = np.full(n, -1, np.int32)
     keys = np.empty(max(2 * n, 1), np.int64)
     items = np.empty(max(2 * n, 1), np.int32)
-    size = 0
+    size = np.int64(0)  # not a literal 0: _push would compile once more for it
     for f in range(n):
         keys, items = _push(keys, items, size, np.int64(rank[f]), f)
         size += 1
@@ -113,7 +113,7 @@ def saturation_colouring(indptr, col, colptr, rows, rank):
                 if colours[g] < 0 and not (sat[g] & bit):
                     sat[g] |= bit
                     nsat[g] += 1
-                    keys, items = _push(keys, items, size, nsat[g] * stride + rank[g], g)
+                    keys, items = _push(keys, items, size, nsat[g] * stride + rank[g], np.int64(g))
                     size += 1
     return colours, taken
 
@@ -153,7 +153,7 @@ def coverage_moves(colptr, rows, colours, taken, order, passes):
             if own < 0:
                 continue
             count = colptr[f + 1] - colptr[f]
-            best, best_cover = _best_free(colptr, rows, taken, cover, used, f, own)
+            best, best_cover = _best_free(colptr, rows, taken, cover, used, np.int64(f), own)
             if best < 0 or best_cover <= cover[own] - count:
                 continue
             flip = (one << np.uint64(own)) | (one << np.uint64(best))

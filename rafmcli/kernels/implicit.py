@@ -69,6 +69,7 @@ from rafmcli.kernels.sgd import (
     level_coefficients,
 )
 
+ZERO = np.int64(0)  # an offset typed int64 as the others (a literal 0 compiles add_sums again)
 LOGISTIC = 0  # the values of ranking.LOSSES
 SOFTMAX = 1
 
@@ -239,7 +240,7 @@ def _make_trainers(method):
                 if h != g:
                     u = row_values[r, h]
                     add_sums(vptr[u], vptr[u + 1], vfeat, vx, lev, widths, offsets, V, nested, soff,
-                             S, T, 0, Q, R, 0)
+                             S, T, ZERO, Q, R, ZERO)
                     lin_ctx += linear_sum(vptr[u], vptr[u + 1], vfeat, vx, w)
             for j in range(K + 1):
                 so, qo = (j + 1) * W, (j + 1) * m

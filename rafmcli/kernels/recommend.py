@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
-from rafmcli.kernels.implicit import add_sums, linear_sum
+from rafmcli.kernels.implicit import ZERO, add_sums, linear_sum
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -33,7 +33,7 @@ def _context(feat, xs, parts, r, skip, lev, widths, offsets, V, w, nested, soff,
     for h in range(parts.shape[1] - 1):
         if h != skip:
             a, b = parts[r, h], parts[r, h + 1]
-            add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, 0, Q, R, 0)
+            add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, ZERO, Q, R, ZERO)
             lin += linear_sum(a, b, feat, xs, w)
     return lin + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, soff.shape[0] - 2)
 
@@ -68,7 +68,7 @@ def _alone(a, b, feat, xs, lev, widths, offsets, V, w, nested, soff, S, T, Q, R,
     T[:] = 0.0
     Q[:] = 0.0
     R[:] = 0.0
-    add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, 0, Q, R, 0)
+    add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, ZERO, Q, R, ZERO)
     return linear_sum(a, b, feat, xs, w) + pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, soff.shape[0] - 2)
 
 

@@ -185,7 +185,7 @@ def draw_negatives(row_values, group_ptr, group_prob, group_alias, value_prob, v
     for r in range(n):
         g = draw_alias(0, G, group_prob, group_alias, rng, 0)
         groups[r] = g
-        draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals[r], rng, 0)
+        draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals[r], rng, np.int64(0))
     return groups, vals
 
 

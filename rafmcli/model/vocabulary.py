@@ -8,7 +8,7 @@ group, and counts the rows holding each. It is saved with an implicit model:
 negatives are drawn from it (Q2) and ``rafm recommend`` ranks its values.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -23,6 +23,19 @@ class Vocabulary:
     feat: np.ndarray       # int32: internal feature ids, sorted within a value
     x: np.ndarray          # float32: their values
     count: np.ndarray      # int64 [V]: training rows holding value v
+
+    def __post_init__(self):
+        """Every array read-only, however the vocabulary was made (built, mapped from a model
+        file, unpickled): numba compiles a kernel once per argument type (kernels.read_only)."""
+        from rafmcli.kernels import read_only
+
+        names = [f.name for f in fields(self)]
+        for name, view in zip(names, read_only(*(getattr(self, name) for name in names))):
+            setattr(self, name, view)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__post_init__()
 
     @property
     def n_groups(self):
@@ -72,11 +85,12 @@ def build_vocabulary(rows, group_of, n_groups):
 
     ``group_of[j]`` is the group of internal feature j.
     """
+    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import index_group_values, sort_rows_by_group
 
-    group_of = np.ascontiguousarray(group_of, dtype=np.int32)
+    group_of, = read_only(np.ascontiguousarray(group_of, dtype=np.int32))  # as Vocabulary's
     feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], group_of, n_groups)
-    none64, none32 = np.zeros(1, np.int64), np.zeros(0, np.int32)
+    none64, none32 = read_only(np.zeros(1, np.int64), np.zeros(0, np.int32))  # in place of Vocabulary's
     row_values, _, rep_row, rep_group, counts = index_group_values(
         feat, xs.view(np.uint32), parts, none64, none32, none32.view(np.uint32), np.zeros(0, np.int64), True)
     # values of a group contiguous: the empty value (a row without the group) first, then
@@ -121,6 +135,7 @@ def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None, floor=None
     c_g is the number of distinct features of group g in training. With
     ``row_values``, the hash set of training rows is built for rejection.
     """
+    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import alias_tables, row_hash_table
 
     G = vocab.n_groups
@@ -137,7 +152,7 @@ def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None, floor=None
     if floor is not None:
         group_p = floored(group_p, *floor)
     g_prob, g_alias = np.empty(G), np.empty(G, dtype=np.int64)
-    alias_tables(group_p, np.array([0, G], dtype=np.int64), g_prob, g_alias)
+    alias_tables(group_p, *read_only(np.array([0, G], dtype=np.int64)), g_prob, g_alias)  # as group_ptr
     smoothed = vocab.count.astype(np.float64) ** alpha2
     v_prob, v_alias = np.empty(vocab.n_values), np.empty(vocab.n_values, dtype=np.int64)
     alias_tables(smoothed, vocab.group_ptr, v_prob, v_alias)

@@ -236,7 +236,8 @@ def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
     w0h, w0b = np.zeros(1), np.zeros(1)
     a0h, a0b = np.zeros(2), np.zeros(2)
     replica = (Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b)
-    merge_replica(np.arange(n), n, hot_ids, lev, widths, offsets, soff, model, state, replica)  # zero deltas: a copy
+    merge_replica(np.arange(n, dtype=np.int32), n, hot_ids, lev, widths, offsets, soff, model, state,
+                  replica)  # zero deltas: a copy; int32 slots as the row loop's (one compile)
     return replica
 
 
@@ -301,7 +302,7 @@ def _make_trainer(method):
         W0, A0 = replica[12], replica[14]
         dirty = np.zeros(hot_ids.shape[0], dtype=np.bool_)
         touched = np.empty(hot_ids.shape[0], dtype=np.int32)
-        n_touched = 0
+        n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
         block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
@@ -311,7 +312,7 @@ def _make_trainer(method):
                 merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
                 for k in range(n_touched):
                     dirty[touched[k]] = False
-                n_touched = 0
+                n_touched = np.int64(0)
             visited += 1
             j = (pos - block_lo) % CHUNK_ROWS
             if j == 0:

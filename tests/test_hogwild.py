@@ -9,7 +9,7 @@ from conftest import cli_rows
 from numba import njit
 
 from rafmcli.io.reader import read_dataset
-from rafmcli.kernels import hogwild
+from rafmcli.kernels import hogwild, read_only
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.claims import fetch_increment
 from rafmcli.kernels.replicas import Replicas
@@ -138,6 +138,7 @@ def test_gathered_rows_name_the_replicas_of_hot_features():
     indices = np.array([9, 2, 17, 2, 5, 17], dtype=np.int32)
     values = np.arange(6, dtype=np.float32)
     labels = np.array([1.0, 0.0, 1.0])
+    indptr, indices, values, labels = read_only(indptr, indices, values, labels)  # as training passes them
     slot = np.full(20, -1, dtype=np.int32)
     slot[17], slot[2] = 0, 1
     bits = np.zeros(3, dtype=np.uint8)

@@ -317,7 +317,8 @@ def _make_trainer(method):
             j = (pos - block_lo) % CHUNK_ROWS
             if j == 0:
                 stop = min(pos + CHUNK_ROWS, block_hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot, 0)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot,
+                            np.int64(0))  # int64 as the serial loop's first row (one compile)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)

@@ -753,6 +753,7 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
     assert not np.array_equal(model_files.load(str(tmp_path / "default.rafm")).V, cli.V)  # the flag reaches the kernel
     names, scores = est.recommend(X_valid, group=1, k=3, exclude_seen=X)
     compiled = _recommend_signatures()
+    assert all(apart == 0 for _, apart in compiled), compiled  # the contexts and the candidates alike
     result = run(["recommend", "--model", str(tmp_path / "cli.rafm"), "--group", "1", "-k", "3",
                   "--exclude-seen", str(root / "train.libfm"), str(root / "valid.libfm")])
     table = [line.split("\t") for line in result.output.splitlines()[1:]]
@@ -781,12 +782,20 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
 
 
 def _recommend_signatures():
-    """How many argument types each kernel of recommending has been compiled for."""
+    """For each kernel of recommending: how many argument types it has been compiled for, and
+    how many of them differ from another only in read-only flags or literal values."""
+    from numba.core import types
+
     from rafmcli.kernels import recommend, sampling
+
+    def plain(t):
+        t = types.unliteral(t)
+        return t.copy(readonly=False) if isinstance(t, types.Array) else t
 
     kernels = [getattr(recommend, name) for name in ("candidate_constants", "top_k", "_alone", "_cross")]
     kernels += [sampling.sort_rows_by_group, sampling.index_group_values, KI.add_sums, KI.linear_sum]
-    return [len(k.signatures) for k in kernels]
+    return [(len(k.signatures), len(k.signatures) - len({tuple(map(plain, sig)) for sig in k.signatures}))
+            for k in kernels]
 
 
 def test_implicit_input_errors(planted, tmp_path):

@@ -27,6 +27,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from rafmcli.kernels import read_only
@@ -56,6 +57,20 @@ def _prefetch(locality, doc):
 
     prefetch.__doc__ = doc
     return prefetch
+
+
+@intrinsic
+def as_read_only(typingctx, arr):
+    """``arr`` typed read-only (the same array; only numba's type changes): a kernel's own
+    buffer passed to the row kernels, which are also given rows read-only
+    (:func:`rafmcli.kernels.read_only`), compiles them once for both."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return impl_ret_borrowed(context, builder, signature.return_type, args[0])
+
+    return arr.copy(readonly=True)(arr), codegen
 
 
 prefetch = _prefetch(3, "Ask the CPU to start loading arr[index] into cache (llvm.prefetch: read, keep).")
@@ -397,6 +412,7 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
     slots = BY_ID_AHEAD + 1
     one_level = np.uint64(widths[0]) if widths.shape[0] == 1 else np.uint64(0)  # prefetched by _map_row
     ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
+    ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (predict_scores')
     for r in range(first, min(first + BY_ID_AHEAD, stop)):
         at = (r - first) % slots * longest
         ends[(r - first) % slots] = _map_row(indptr[r], indptr[r + 1], ids, values, table, idx, val, at, V, w,
@@ -412,10 +428,10 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
             ends[slot] = _map_row(indptr[ahead], indptr[ahead + 1], ids, values, table, idx, val, slot * longest,
                                   V, w, one_level)
             if not one_level:
-                prefetch_row(slot * longest, ends[slot], idx, lev, widths, offsets, V, V[:0], w, w[:0])
+                prefetch_row(slot * longest, ends[slot], ridx, lev, widths, offsets, V, V[:0], w, w[:0])
         slot = (r - first) % slots
         a, b = slot * longest, ends[slot]
-        pair = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
-        out[r] = w0 + linear_part(a, b, idx, val, w) + pair
+        pair = row_forward(a, b, ridx, rval, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
+        out[r] = w0 + linear_part(a, b, ridx, rval, w) + pair
         used += b - a
     return used

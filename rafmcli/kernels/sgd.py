@@ -36,6 +36,7 @@ from numba import njit
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
+    as_read_only,
     linear_part,
     prefetch,
     prefetch_row,
@@ -312,6 +313,7 @@ def _make_trainers(method):
         ptr = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
         idx = np.empty(CHUNK_ROWS * longest, dtype=indices.dtype)
         val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
+        ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (prediction's)
         lab = np.empty(CHUNK_ROWS)
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
@@ -327,10 +329,10 @@ def _make_trainers(method):
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first)
             if pos + PREFETCH_AHEAD < stop:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
+                prefetch_row(ptr[ahead], ptr[ahead + 1], ridx, lev, widths, offsets, V, accV1, w, accw1)
             a, b = ptr[j], ptr[j + 1]
-            lin = w0[0] + linear_part(a, b, idx, val, w)
-            pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q,
+            lin = w0[0] + linear_part(a, b, ridx, rval, w)
+            pair, row_top = row_forward(a, b, ridx, rval, lev, widths, offsets, V, nested, soff, S, T, Q,
                                         R, B)
             y_hat = lin + pair
             row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)

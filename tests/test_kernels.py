@@ -5,6 +5,7 @@ import pytest
 from naive import pair_loop
 
 from rafmcli.kernels import forward as F
+from rafmcli.kernels import read_only
 from rafmcli.model.layout import build
 
 
@@ -96,7 +97,7 @@ def test_one_level_row_forward_returns_the_pairwise_part_and_top_level():
     V = np.array([1, 0, 0, 1, 1, 1], np.float32)  # test_fm_hand_example's factors
     soff, S, T, Q, R, B = F.row_scratch(widths)
     B[:] = 7.0
-    ids, x = np.array([0, 1, 2], np.int32), np.array([1, 2, 0.5], np.float32)
+    ids, x = read_only(np.array([0, 1, 2], np.int32), np.array([1, 2, 0.5], np.float32))  # rows, as predicted
     assert F.row_forward(0, 3, ids, x, lev, widths, offsets, V, True, soff, S, T, Q, R, B) == (1.5, 0)
     assert B[0] == 1.5
     assert F.row_forward(0, 0, ids, x, lev, widths, offsets, V, True, soff, S, T, Q, R, B) == (0.0, -1)
@@ -124,11 +125,10 @@ def test_truncated_models_equal_capped_pair_loop(kind, ranks):
     rng = np.random.default_rng(7)
     model = random_model(kind, ranks, 30, rng)
     indptr, indices, values = random_rows(rng, 30, 25, max_nnz=12)
+    indices, values = read_only(indices, values)  # the row kernels' types in training and prediction
     lev, widths, offsets, V, w, w0 = model.kernel_model()
     m = len(ranks)
-    soff = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
-    S, T = np.empty(soff[-1]), np.empty(soff[-1])
-    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    soff, S, T, Q, R, B = F.row_scratch(widths)
     for r in range(25):
         a, b = indptr[r], indptr[r + 1]
         pair, top = F.row_forward(a, b, indices, values, lev, widths, offsets, V, model.nested, soff,
@@ -154,3 +154,22 @@ def test_one_rank_rafm_and_difacto_are_fm():
     for r in range(30):
         ids, x = indices[indptr[r]:indptr[r + 1]], values[indptr[r]:indptr[r + 1]]
         assert outs[0][r] == pytest.approx(naive_score(model, ids, x), rel=1e-5, abs=1e-5)
+
+
+def test_training_and_prediction_compile_the_row_kernels_once(sample):
+    """Training's gathered row buffers reach the row kernels typed read-only (forward.as_read_only),
+    as the rows a prediction is given: each row kernel has no two signatures that differ only in
+    read-only flags or literals (on a cold kernel cache; a cached caller compiles nothing)."""
+    from numba.core import types
+
+    from rafmcli import api
+
+    def plain(t):
+        t = types.unliteral(t)
+        return t.copy(readonly=False) if isinstance(t, types.Array) else t
+
+    X, y = api.read_data(sample("regression.train"))
+    est = api.FMRegressor(model="rafm", ranks=(4, 16), iters=2, threads=1, holdout=0.2).fit(X, y)
+    est.predict(X[:50])
+    for kernel in (F.row_forward, F.linear_part, F.prefetch_row):
+        assert len({tuple(map(plain, sig)) for sig in kernel.signatures}) == len(kernel.signatures), kernel.signatures

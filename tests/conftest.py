@@ -78,3 +78,15 @@ def cli_rows(indptr, indices, values, labels):
 
     return read_only(np.asarray(indptr, dtype=np.int64), indices, np.asarray(values, dtype=np.float32),
                      np.asarray(labels, dtype=np.float64))
+
+
+def types_apart(kernel):
+    """How many of a numba kernel's compiled signatures differ from another only in read-only
+    flags or literal values: compiles the kernels' inputs should have spared (kernels.read_only)."""
+    from numba.core import types
+
+    def plain(t):
+        t = types.unliteral(t)
+        return t.copy(readonly=False) if isinstance(t, types.Array) else t
+
+    return len(kernel.signatures) - len({tuple(map(plain, sig)) for sig in kernel.signatures})

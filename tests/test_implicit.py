@@ -784,18 +784,13 @@ def test_api_estimator_is_rafm_train(planted, tmp_path):
 def _recommend_signatures():
     """For each kernel of recommending: how many argument types it has been compiled for, and
     how many of them differ from another only in read-only flags or literal values."""
-    from numba.core import types
+    from conftest import types_apart
 
     from rafmcli.kernels import recommend, sampling
 
-    def plain(t):
-        t = types.unliteral(t)
-        return t.copy(readonly=False) if isinstance(t, types.Array) else t
-
     kernels = [getattr(recommend, name) for name in ("candidate_constants", "top_k", "_alone", "_cross")]
     kernels += [sampling.sort_rows_by_group, sampling.index_group_values, KI.add_sums, KI.linear_sum]
-    return [(len(k.signatures), len(k.signatures) - len({tuple(map(plain, sig)) for sig in k.signatures}))
-            for k in kernels]
+    return [(len(k.signatures), types_apart(k)) for k in kernels]
 
 
 def test_implicit_input_errors(planted, tmp_path):

@@ -107,10 +107,11 @@ def test_mcmc_trains_with_the_inferred_groups(tmp_path):
 
 
 def test_inferred_groups_do_not_hurt_mcmc_on_the_samples():
-    """data_samples/regression (3,000 rows, five one-hot fields and a numeric column), FM rank 32:
+    """data_samples/regression (3,000 rows, five one-hot fields and a numeric column), FM rank 32,
+    40 MCMC iterations, seeds 1-3 averaged (one seed's chain moves test RMSE by a few hundredths):
     with each group's own prior precision (libFM's, --group-precision) the inferred groups cost
-    about 0.1 test RMSE against one group (libFM with the same -meta file alike); with the shared
-    precision (the default) they cost nothing."""
+    0.06-0.22 test RMSE against one group over seeds 1-6 (libFM with the same -meta file alike);
+    with the shared precision (the default) 0.00-0.07, 0.03 on average."""
     from dataclasses import replace
 
     from conftest import ROOT
@@ -119,13 +120,15 @@ def test_inferred_groups_do_not_hurt_mcmc_on_the_samples():
     from rafmcli.solvers import coordinate as C
 
     train, test = (read_dataset(f"{ROOT}/data_samples/regression.{s}.libfm") for s in ("train", "test"))
-    opts = replace(Options(), task="r", model="fm", ranks=(32,), method="mcmc", iters=40, seed=1,
-                   **METHOD_DEFAULTS["mcmc"])
 
-    def rmse(**change):
-        result = C.train(train, replace(opts, **change), test=test, quiet=True, progress=False)
+    def rmse(seed, **change):
+        opts = replace(Options(), task="r", model="fm", ranks=(32,), method="mcmc", iters=40, seed=seed,
+                       **METHOD_DEFAULTS["mcmc"], **change)
+        result = C.train(train, opts, test=test, quiet=True, progress=False)
         return float(np.sqrt(np.mean((result.test_predictions - test.labels) ** 2)))
 
-    one, grouped, own = rmse(auto_groups=False), rmse(), rmse(shared_precision=False)
-    assert grouped < one + 0.03, (grouped, one)
-    assert own > one + 0.06, (own, one)
+    seeds = (1, 2, 3)
+    one, grouped, own = (np.mean([rmse(seed, **change) for seed in seeds])
+                         for change in ({"auto_groups": False}, {}, {"shared_precision": False}))
+    assert grouped < one + 0.05, (grouped, one)
+    assert own > grouped + 0.03, (own, grouped)

@@ -66,7 +66,7 @@ def _shift_left(x, bits):
 def _mul_pow10(x, s):
     """x *= 10^s in place, s >= 0 (steps of 10^9 < 2^32)."""
     while s >= 9:
-        _mul_small(x, 1_000_000_000)
+        _mul_small(x, np.int64(1_000_000_000))  # int64, as every other call: one compile
         s -= 9
     _mul_small(x, 10**s)
 
@@ -105,7 +105,7 @@ def digits_exact(a):
     e = int(math.floor(math.log10(a)))
     while True:
         s = SIG - 1 - e
-        num, den = _big(m), _big(1)
+        num, den = _big(m), _big(np.uint64(1))
         if k >= 0:
             _shift_left(num, k)
         else:
@@ -128,7 +128,7 @@ def digits_exact(a):
             continue
         rest = num.copy()
         _subtract(rest, _times(den, q))
-        _mul_small(rest, 2)
+        _mul_small(rest, np.int64(2))
         side = _compare(rest, den)
         if side > 0 or (side == 0 and q % 2 == 1):
             q += 1

@@ -35,7 +35,7 @@ _U32, _I32, _F32 = np.uint32, np.int32, np.float32
 _LN2 = _F32(math.log(2.0))
 _SQRT2 = _F32(math.sqrt(2.0))
 _HALF_SQRT2 = _F32(math.sqrt(0.5))
-_ANGLE = _F32(2.0**-24 * math.pi / 2)  # a 24-bit integer to [0, pi/2)
+_ANGLE_STEP = _F32(2.0**-24 * math.pi / 2)  # a 24-bit integer's step in [0, pi/2)
 _QUARTER_PI = _F32(math.pi / 4)
 
 
@@ -84,7 +84,7 @@ def _ln(x):
 def _box_muller(out, k0, k1, scale):
     """A whole chunk (even length): out[p] = scale rho_p cos(theta_p) and
     out[half + p] = scale rho_p sin(theta_p), from the words of counters 2p and 2p + 1:
-    u1 = (a >> 8 + 1) 2^-24, phi from b's top 24 bits, the signs of cos and sin from b's
+    u1 = ((a >> 8) + 1) 2^-24, phi from b's top 24 bits, the signs of cos and sin from b's
     two lowest."""
     half = out.shape[0] // 2
     one, two = _F32(1.0), _F32(2.0)
@@ -93,7 +93,7 @@ def _box_muller(out, k0, k1, scale):
         b = _word(_U32(2 * p + 1), k0, k1)
         u1 = _F32(_I32(a >> _U32(8)) + _I32(1)) * _F32(2.0**-24)
         rho = np.sqrt(_F32(-2.0) * _ln(u1)) * scale
-        phi = _F32(_I32(b >> _U32(8))) * _ANGLE - _QUARTER_PI
+        phi = _F32(_I32(b >> _U32(8))) * _ANGLE_STEP - _QUARTER_PI
         f2 = phi * phi
         sin_phi = phi * (one + f2 * (_F32(-1 / 6) + f2 * (_F32(1 / 120) + f2 * (_F32(-1 / 5040)
                                                                                + f2 * _F32(1 / 362880)))))

@@ -353,8 +353,10 @@ def _rehash(table, n_values, rep_row, rep_group, feat, xbits, parts, known_ptr, 
 
 @njit(cache=True)
 def _grown(a, cap):
+    """``a`` copied into the start of a new array of ``cap`` entries (the rest unset)."""
     out = np.empty(cap, dtype=a.dtype)
-    out[:a.shape[0]] = a
+    for i in range(a.shape[0]):  # a loop: slice assignment compiles for seconds
+        out[i] = a[i]
     return out
 
 

@@ -111,8 +111,8 @@ def test_inferred_groups_do_not_hurt_mcmc_on_the_samples():
     40 MCMC iterations, seeds 1-3 averaged (one seed's chain moves test RMSE by a few hundredths):
     with each group's own prior precision (libFM's, --group-precision) the inferred groups cost
     0.06-0.12 test RMSE against one group over seeds 1-6 (0.09-0.22 at 100 iterations; libFM
-    with the same -meta file alike); with the shared precision (the default) -0.004 to 0.055,
-    0.03 on average over seeds 1-3."""
+    with the same -meta file alike); with the shared precision (the default) -0.004 to 0.055
+    over seeds 1-6, 0.03 on average over seeds 1-3."""
     from dataclasses import replace
 
     from conftest import ROOT

@@ -38,7 +38,8 @@ def test_same_draws_for_any_number_of_threads_and_new_ones_for_a_new_key():
 
 def test_draws_follow_the_normal_law():
     """Mean, variance, kurtosis, and the mass in bands out to the transform's bound
-    sqrt(48 ln 2) = 5.77 (u1 >= 2^-24), within five standard errors; none beyond it."""
+    sqrt(48 ln 2) = 5.77 (u1 >= 2^-24), within five standard errors; none beyond it; and
+    a pair's cosine and sine uncorrelated."""
     n = 2_000_000
     z = draws(n, 2.0, 123, 2).astype(np.float64) / 2.0
     assert abs(z.mean()) < 5 / math.sqrt(n)

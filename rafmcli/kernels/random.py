@@ -124,8 +124,8 @@ def _fill_chunks(lo, hi, out, stdev, key):
         else:  # the last, partial chunk: the first values of a whole one
             whole = np.empty(CHUNK, np.float32)
             _box_muller(whole, k0, k1, scale)
-            for k in range(n - first):  # a loop: slice assignment compiles for seconds
-                out[first + k] = whole[k]
+            for i in range(n - first):  # a loop: slice assignment compiles for seconds
+                out[first + i] = whole[i]
 
 
 def shuffled(n, key):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rafmcli import metrics
+from rafmcli.kernels import read_only
 
 N_SAMPLED = 100
 
@@ -92,7 +93,6 @@ class Contexts:
 def contexts(vocab, rows, group, train_values=None):
     """Rows as contexts for ranking group ``group``; with the training rows' values,
     each context's values seen in training are excluded."""
-    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import sort_rows_by_group
 
     feat, xs, parts = sort_rows_by_group(rows[0], rows[1], rows[2], vocab.group_of, vocab.n_groups)

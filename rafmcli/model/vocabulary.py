@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from rafmcli.kernels import read_only
+
 
 @dataclass
 class Vocabulary:
@@ -27,8 +29,6 @@ class Vocabulary:
     def __post_init__(self):
         """Every array read-only, however the vocabulary was made (built, mapped from a model
         file, unpickled): numba compiles a kernel once per argument type (kernels.read_only)."""
-        from rafmcli.kernels import read_only
-
         names = [f.name for f in fields(self)]
         for name, view in zip(names, read_only(*(getattr(self, name) for name in names))):
             setattr(self, name, view)
@@ -85,7 +85,6 @@ def build_vocabulary(rows, group_of, n_groups):
 
     ``group_of[j]`` is the group of internal feature j.
     """
-    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import index_group_values, sort_rows_by_group
 
     group_of, = read_only(np.ascontiguousarray(group_of, dtype=np.int32))  # as Vocabulary's
@@ -135,7 +134,6 @@ def noise_tables(vocab, alpha1, alpha2, groups=None, row_values=None, floor=None
     c_g is the number of distinct features of group g in training. With
     ``row_values``, the hash set of training rows is built for rejection.
     """
-    from rafmcli.kernels import read_only
     from rafmcli.kernels.sampling import alias_tables, row_hash_table
 
     G = vocab.n_groups

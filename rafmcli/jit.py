@@ -6,10 +6,12 @@ unwritable HOME). rafm then points NUMBA_CACHE_DIR at a private directory in
 the temporary directory, with one warning, before any kernel module loads.
 """
 
+import importlib
 import os
 import stat
 import sys
 import tempfile
+import threading
 
 _NUMBA_MODULE_DIRS = ("io", "kernels")  # the subpackages holding @njit(cache=True) functions
 
@@ -59,3 +61,21 @@ def ensure_cache_dir(warn):
         sys.modules["numba"].config.CACHE_DIR = path
     warn(f"numba cannot cache compiled kernels beside rafm or in {user}; using {path} "
          f"(set NUMBA_CACHE_DIR to choose)")
+
+
+def preload(*modules):
+    """Import the kernel ``modules`` (numba's own start, 0.3-0.5 s, among them) on a thread
+    while the caller goes on with work that releases the GIL: a model's or a cached
+    input's CRC-32 and numpy checks. Returns a function that waits for the imports.
+    An import that fails there is left to the caller's own import to report."""
+
+    def run():
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001  (raised again, with its message, by the caller's import)
+                return
+
+    thread = threading.Thread(target=run, name="rafm-preload")
+    thread.start()
+    return thread.join

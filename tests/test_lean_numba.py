@@ -126,3 +126,27 @@ def test_cached_loads_are_lean_only_on_the_numba_versions_read(monkeypatch, vers
     monkeypatch.setitem(sys.modules, "numba", types.SimpleNamespace(version_info=version))
     cli._cached_loads_lean(types.SimpleNamespace(Cache=Cache))
     assert (Cache.load_overload is cli._load_overload) == lean
+
+
+def test_preload_imports_on_its_own_thread_and_leaves_failures_to_the_caller(tmp_path, monkeypatch):
+    """jit.preload imports its modules on a thread (rafm predict: numba starts while the
+    model is checked); an import that fails there escapes nothing from the thread, and
+    the caller's own import raises it with its message."""
+    import threading
+
+    from rafmcli import jit
+
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+
+    (tmp_path / "preload_probe.py").write_text("import threading\nTHREAD = threading.current_thread().name\n")
+    (tmp_path / "preload_broken.py").write_text("raise ImportError('broken on purpose')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("preload_probe", "preload_broken"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    jit.preload("preload_probe", "preload_broken")()
+    assert sys.modules["preload_probe"].THREAD == "rafm-preload"
+    assert "preload_broken" not in sys.modules
+    assert escaped == []
+    with pytest.raises(ImportError, match="broken on purpose"):
+        importlib.import_module("preload_broken")

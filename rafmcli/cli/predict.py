@@ -5,6 +5,8 @@ import click
 from rafmcli.cli.options import INPUT, OUTPUT, TOP_K, no_cache_option, read, warn_unseen
 from rafmcli.options import DEFAULTS as D
 
+PREDICTION_KERNELS = ("rafmcli.kernels.forward", "rafmcli.kernels.rows", "rafmcli.kernels.format")
+
 
 @click.command()
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False), required=True,
@@ -37,11 +39,13 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
     """
     import numpy as np
 
+    from rafmcli import jit
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.metrics import evaluate
     from rafmcli.model import files as model_files
     from rafmcli.predict import predict_dataset
 
+    kernels_loaded = jit.preload(*PREDICTION_KERNELS)  # while the model and the inputs are checked
     model = model_files.load(model_path, mapped=True)
     implicit = model.task == "implicit"
     if (eval_group is not None or exclude_seen) and not (implicit and metrics):
@@ -52,6 +56,7 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         check_group(model, model_path, eval_group)
     seen = read(exclude_seen, no_cache, quiet) if exclude_seen else None
     datasets = [read(f, no_cache, quiet) for f in files]
+    kernels_loaded()
     parts, scored = [], []
     for name, data in zip(files, datasets):
         result = predict_dataset(model, data)  # an MCMC model: the mean of its draws' predictions

@@ -270,9 +270,6 @@ NPY_HEADER_MAX = 1 << 16  # bytes of a member searched for its .npy header (nump
 CHECK_PIECE = 1 << 23  # bytes of a mapped member checked at a time (CRC-32, then finiteness while cached)
 
 
-NUMPY_CHECK_MAX = 1 << 20  # arrays below this many values are checked with numpy (no numba import)
-
-
 def _map_file(fh):
     """The whole of the archive's open file ``fh`` mapped copy-on-write (the file zipfile
     read the directory from), or None where it cannot be (an empty file, no descriptor)."""
@@ -283,21 +280,23 @@ def _map_file(fh):
 
 
 def _not_finite(values):
-    """How many of the float ``values`` are inf or NaN (numba's pass only for large arrays)."""
-    if values.shape[0] < NUMPY_CHECK_MAX:
-        return int(values.shape[0] - np.count_nonzero(np.isfinite(values)))
-    from rafmcli.kernels.checks import not_finite
-
-    return not_finite(values)
+    """How many of the float ``values`` are inf or NaN (numpy: no numba import; its
+    loops release the GIL, so a model is checked while :func:`rafmcli.jit.preload` runs)."""
+    return int(values.shape[0] - np.count_nonzero(np.isfinite(values)))
 
 
 def _ids_distinct(ids):
-    """The int32 ``ids`` are all different (numba's bitmap only for large arrays)."""
-    if ids.shape[0] < NUMPY_CHECK_MAX:
-        return np.unique(ids).shape[0] == ids.shape[0]
-    from rafmcli.kernels.checks import ids_distinct
-
-    return ids_distinct(ids)
+    """The non-negative int32 ``ids`` are all different: a flag per possible id when
+    they are dense enough (largest id below 32 per id: at most 32 bytes an id), else a sort."""
+    if ids.shape[0] == 0:
+        return True
+    top = int(ids.max())
+    if top < 32 * ids.shape[0]:
+        seen = np.zeros(top + 1, dtype=np.bool_)
+        seen[ids] = True
+        return int(np.count_nonzero(seen)) == ids.shape[0]
+    ordered = np.sort(ids)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def _npy_header(fh, name, dtype, shape):
@@ -342,14 +341,12 @@ def _check_mapped(mapped, start, size, offset, values, info):
     float ``values`` (from byte ``offset`` of the member) are inf or NaN (0 for other
     dtypes). Pieces of CHECK_PIECE bytes on every core (io/checksum.py): each piece's
     CRC, then its values while they are still cached."""
-    from rafmcli.kernels.checks import not_finite
-
     member = memoryview(mapped)[start:start + size]
     item = values.dtype.itemsize
 
     def finiteness(a, b):
         first, stop = (max(0, min(values.shape[0], -(-(x - offset) // item))) for x in (a, b))
-        return not_finite(values[first:stop]) if stop > first else 0
+        return _not_finite(values[first:stop]) if stop > first else 0
 
     try:
         crc, bad = pieces_checked(member, CHECK_PIECE, finiteness if values.dtype.kind == "f" else None)

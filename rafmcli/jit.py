@@ -4,6 +4,7 @@ numba caches beside the source (``__pycache__``), else in ``~/.cache/numba``,
 and raises at import when it can write neither (a read-only install with an
 unwritable HOME). rafm then points NUMBA_CACHE_DIR at a private directory in
 the temporary directory, with one warning, before any kernel module loads.
+:func:`preload` imports kernel modules on a thread while a command checks its inputs.
 """
 
 import importlib
@@ -67,15 +68,21 @@ def preload(*modules):
     """Import the kernel ``modules`` (numba's own start, 0.3-0.5 s, among them) on a thread
     while the caller goes on with work that releases the GIL: a model's or a cached
     input's CRC-32 and numpy checks. Returns a function that waits for the imports.
-    An import that fails there is left to the caller's own import to report."""
+
+    The thread is a daemon, waited for through an event rather than joined: a command
+    that fails or is interrupted before it waits exits at once, not after numba's start
+    (a join that a signal interrupts would also forget the thread). An import that
+    fails there is left to the caller's own import, which runs the module again."""
+    done = threading.Event()
 
     def run():
-        for name in modules:
-            try:
+        try:
+            for name in modules:
                 importlib.import_module(name)
-            except Exception:  # noqa: BLE001  (raised again, with its message, by the caller's import)
-                return
+        except Exception:  # noqa: BLE001  (the caller's import reports it)
+            pass
+        finally:
+            done.set()
 
-    thread = threading.Thread(target=run, name="rafm-preload")
-    thread.start()
-    return thread.join
+    threading.Thread(target=run, name="rafm-preload", daemon=True).start()
+    return done.wait

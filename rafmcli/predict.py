@@ -6,6 +6,10 @@ import numpy as np
 
 from rafmcli.model.layout import internal_indices
 
+# the kernel modules predicting a Dataset and writing its values load (cli/predict.py preloads them)
+KERNEL_MODULES = ("rafmcli.kernels.forward", "rafmcli.kernels.rows", "rafmcli.kernels.counting",
+                  "rafmcli.kernels.format")
+
 
 def kernel_rows(model, data):
     """CSR arrays in the model's internal ids, entries of unseen features dropped.

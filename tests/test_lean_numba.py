@@ -5,6 +5,7 @@ code may import those modules as usual."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -150,3 +151,14 @@ def test_preload_imports_on_its_own_thread_and_leaves_failures_to_the_caller(tmp
     assert escaped == []
     with pytest.raises(ImportError, match="broken on purpose"):
         importlib.import_module("preload_broken")
+
+
+def test_a_command_that_stops_before_waiting_exits_without_the_preload(tmp_path):
+    """A command that fails (a damaged model) or is interrupted before it waits for its preload
+    exits at once: the import still running (here one that never ends) does not hold the
+    process, and nothing is printed about the thread."""
+    (tmp_path / "preload_forever.py").write_text("import threading\nthreading.Event().wait()\n")
+    code = "import sys; from rafmcli import jit; jit.preload('preload_forever'); sys.exit(2)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stderr) == (2, "")

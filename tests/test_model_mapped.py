@@ -146,22 +146,24 @@ def test_only_rafm_predict_maps_a_model_so_a_loaded_model_can_be_saved_over_its_
     np.testing.assert_array_equal(files.load(str(path)).V, model.V)
 
 
-@pytest.mark.parametrize("n_features", [300, 40_000])
-def test_a_model_loads_without_numba(tmp_path, n_features):
-    """Models of any size are checked with numpy and zlib, no numba (its import alone
-    is 0.3-0.5 s): `rafm dump` and the API start fast, and `rafm predict` checks its
-    model while numba starts on another thread (jit.preload). 40,000 features of a
-    RaFM{4,32} hold over 2^20 factors, where numba's checks used to start."""
-    _, path = model_file(tmp_path, n_features=n_features)
-    code = "import sys; from rafmcli.model import files; files.load(sys.argv[1]); print('numba' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("mapped", [False, True])
+def test_a_model_loads_without_numba(tmp_path, mapped):
+    """Models are checked with numpy and zlib, no numba (its import alone is 0.3-0.5 s),
+    read or mapped: `rafm dump` and the API start fast, and `rafm predict` checks its
+    model while numba starts on another thread (jit.preload). Mapped members' checks
+    imported numba at every size before."""
+    _, path = model_file(tmp_path, n_features=300)
+    code = ("import sys; from rafmcli.model import files; files.load(sys.argv[1], mapped=sys.argv[2] == 'True'); "
+            "print('numba' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(path), str(mapped)], capture_output=True, text=True,
+                          timeout=300)
     assert done.stdout.strip() == "False", done.stderr
 
 
 @pytest.mark.parametrize("spread", [4, 2**20])
 def test_distinct_ids_agree_with_numpy_unique(spread):
-    """Both ways of :func:`files._ids_distinct`, a flag per id (ids below 4 per id) and a
-    sort (ids up to 2^20 per id), against np.unique, with and without one repeat anywhere."""
+    """:func:`files._ids_distinct` against np.unique, for dense ids (below 4 per id) and sparse
+    ones (up to 2^20 per id), with and without one repeat anywhere."""
     rng = np.random.default_rng(spread)
     for n in (1, 2, 50, 3000):
         top = min(spread * n, 2**31 - 1)

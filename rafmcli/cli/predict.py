@@ -5,8 +5,6 @@ import click
 from rafmcli.cli.options import INPUT, OUTPUT, TOP_K, no_cache_option, read, warn_unseen
 from rafmcli.options import DEFAULTS as D
 
-PREDICTION_KERNELS = ("rafmcli.kernels.forward", "rafmcli.kernels.rows", "rafmcli.kernels.format")
-
 
 @click.command()
 @click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False), required=True,
@@ -43,9 +41,9 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.metrics import evaluate
     from rafmcli.model import files as model_files
-    from rafmcli.predict import predict_dataset
+    from rafmcli.predict import KERNEL_MODULES, predict_dataset
 
-    kernels_loaded = jit.preload(*PREDICTION_KERNELS)  # while the model and the inputs are checked
+    kernels_loaded = jit.preload(*KERNEL_MODULES)  # while the model and the inputs are checked
     model = model_files.load(model_path, mapped=True)
     implicit = model.task == "implicit"
     if (eval_group is not None or exclude_seen) and not (implicit and metrics):

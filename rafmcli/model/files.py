@@ -286,15 +286,8 @@ def _not_finite(values):
 
 
 def _ids_distinct(ids):
-    """The non-negative int32 ``ids`` are all different: a flag per possible id when
-    they are dense enough (largest id below 32 per id: at most 32 bytes an id), else a sort."""
-    if ids.shape[0] == 0:
-        return True
-    top = int(ids.max())
-    if top < 32 * ids.shape[0]:
-        seen = np.zeros(top + 1, dtype=np.bool_)
-        seen[ids] = True
-        return int(np.count_nonzero(seen)) == ids.shape[0]
+    """The int32 ``ids`` are all different: one sort (numpy: no numba import; a flag per
+    possible id was slower and larger from a few ids per flag byte on)."""
     ordered = np.sort(ids)
     return not bool(np.any(ordered[1:] == ordered[:-1]))
 

@@ -144,35 +144,47 @@ indices = rng.integers(0, 1000, indptr[-1]).astype(np.int32)
 data = Dataset("d", np.zeros(400), indptr, indices, rng.random(indptr[-1]).astype(np.float32),
                np.zeros(0, np.int32), np.zeros(0))
 """
-BY_ID_CHECKED = GROWING_ROWS + r"""
+BY_ID_CHECKED = r"""
 import sys
+import numpy as np
 from rafmcli import predict as P, threads
+from rafmcli.io.reader import Dataset
 from rafmcli.kernels import forward as F
+from rafmcli.model import files
 
+model_path, rows_path, out = sys.argv[1:4]
+model = files.load(model_path)  # numpy's checks: only the prediction kernels compile here
+rows = np.load(rows_path)
+data = Dataset("d", np.zeros(400), rows["indptr"], rows["indices"], rows["values"], np.zeros(0, np.int32),
+               np.zeros(0))
 F.SMALL_PREDICTION, F.PREDICTION_CHUNKS = 0, 40
 got = []
 for n in (1, 2):
     threads.set_default(n)
     got.append(P._by_id(model, data, True).values)
-np.save(sys.argv[1], np.stack(got))
+np.save(out, np.stack(got))
 """
 
 
 def test_prediction_buffers_grow_with_the_rows_of_later_chunks(tmp_path):
     """A worker claims chunks one at a time, and a later chunk may hold longer rows than any
     before: its row buffers grow. The by-id kernel runs with numba's bounds checks on (a fresh
-    process and kernel cache), so that a buffer too small is an IndexError, not a silent write
-    past its end; on one and two threads it gives the mapped rows' scores."""
+    process and kernel cache, given the model and rows made here), so that a buffer too small
+    is an IndexError, not a silent write past its end; on one and two threads it gives the
+    mapped rows' scores."""
     from rafmcli import predict as P
 
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    out = tmp_path / "got.npy"
-    result = subprocess.run([sys.executable, "-c", BY_ID_CHECKED, str(out)], env=env, capture_output=True,
-                            text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
     setup = {}
     exec(GROWING_ROWS, setup)
-    want = P.margin_rows(setup["model"], P.kernel_rows(setup["model"], setup["data"]))
+    model, data = setup["model"], setup["data"]
+    model_files.save(model, str(tmp_path / "m.rafm"))
+    np.savez(tmp_path / "rows.npz", indptr=data.indptr, indices=data.indices, values=data.values)
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = tmp_path / "got.npy"
+    result = subprocess.run([sys.executable, "-c", BY_ID_CHECKED, str(tmp_path / "m.rafm"), str(tmp_path / "rows.npz"),
+                             str(out)], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    want = P.margin_rows(model, P.kernel_rows(model, data))
     for got in np.load(out):
         # bounds checks change vectorisation, so float32 sums may round in another order (on AVX2
         # machines they do; with AVX-512 they did not): equal to float32 rounding, far from a wrong row

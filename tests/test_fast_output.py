@@ -130,20 +130,19 @@ def test_predicting_by_original_id_is_predicting_mapped_rows(monkeypatch, kind, 
             assert rows[3] > 0 and rows[4] < rows[3]
 
 
-GROWING_ROWS = r"""
-import numpy as np
-from rafmcli.io.reader import Dataset
-from rafmcli.model.layout import build
+def growing_rows():
+    """(model, Dataset): a RaFM{2,6} and 400 rows, each chunk's rows longer than the last's."""
+    rng = np.random.default_rng(3)
+    known = rng.choice(900, 300, replace=False)
+    model = build("rafm", "c", (2, 6), known, rng.integers(1, 3, 300), 0.3, rng, 0.1, (0, 1))
+    lengths = 1 + np.arange(400) // 10
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, 1000, indptr[-1]).astype(np.int32)
+    data = Dataset("d", np.zeros(400), indptr, indices, rng.random(indptr[-1]).astype(np.float32),
+                   np.zeros(0, np.int32), np.zeros(0))
+    return model, data
 
-rng = np.random.default_rng(3)
-known = rng.choice(900, 300, replace=False)
-model = build("rafm", "c", (2, 6), known, rng.integers(1, 3, 300), 0.3, rng, 0.1, (0, 1))
-lengths = 1 + np.arange(400) // 10  # each chunk's rows longer than the last's
-indptr = np.concatenate([[0], np.cumsum(lengths)])
-indices = rng.integers(0, 1000, indptr[-1]).astype(np.int32)
-data = Dataset("d", np.zeros(400), indptr, indices, rng.random(indptr[-1]).astype(np.float32),
-               np.zeros(0, np.int32), np.zeros(0))
-"""
+
 BY_ID_CHECKED = r"""
 import sys
 import numpy as np
@@ -174,9 +173,7 @@ def test_prediction_buffers_grow_with_the_rows_of_later_chunks(tmp_path):
     mapped rows' scores."""
     from rafmcli import predict as P
 
-    setup = {}
-    exec(GROWING_ROWS, setup)
-    model, data = setup["model"], setup["data"]
+    model, data = growing_rows()
     model_files.save(model, str(tmp_path / "m.rafm"))
     np.savez(tmp_path / "rows.npz", indptr=data.indptr, indices=data.indices, values=data.values)
     env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}

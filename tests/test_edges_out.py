@@ -333,6 +333,39 @@ def test_sighup_and_sigint_exit_128_plus_n(tmp_path, signum):
     assert listing(tmp_path) == before
 
 
+SIGNAL_IN_LLVM_CALLBACK = """
+import os, sys
+from rafmcli import cli
+cli.LeanNumba.install()  # as main does, so that numba.core.codegen loads with rafm's hooks
+from numba.core import codegen
+signum, at = int(sys.argv[1]), int(sys.argv[2])
+calls = [0]
+for name in ("_object_getbuffer_hook", "_object_compiled_hook"):  # LLVM calls these through ctypes
+    def hook(cls, *args, own=getattr(codegen.CPUCodeLibrary, name).__func__):
+        calls[0] += 1
+        if calls[0] == at:
+            os.kill(os.getpid(), signum)
+            sum(range(1000))  # bytecodes: the handler runs here, inside the callback
+        return own(cls, *args)
+    setattr(codegen.CPUCodeLibrary, name, classmethod(hook))
+sys.argv = ["rafm", *sys.argv[3:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signum,at", [(signal.SIGTERM, 1), (signal.SIGINT, 3)])
+def test_a_signal_while_llvm_calls_back_ends_the_command(tmp_path, sample, signum, at):
+    """LLVM calls numba's Python back (ctypes) for each kernel's machine code, loaded or
+    compiled, and ctypes drops what a callback raises: a signal there once let the command
+    finish and exit 0, or left a kernel without code (SIGSEGV). Now it exits 128 + N, its
+    output never written, and nothing printed."""
+    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_LLVM_CALLBACK, str(int(signum)), str(at),
+                             *train_args(sample, save_model=tmp_path / "m.rafm")], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    assert (result.returncode, result.stderr) == (128 + signum, "")
+    assert os.listdir(tmp_path) == []
+
+
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback
 
 def test_rlog_dash_is_stdout_and_model_dash_is_refused(tmp_path, sample, monkeypatch):

@@ -58,7 +58,15 @@ def _load_overload(self, sig, target_context):
         return self._load_overload(sig, target_context)
 
 
-_AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _cached_loads_lean}
+def _finalize_held(codegen):
+    """numba.core.codegen: signals wait for a kernel's machine code (rafmcli.signals)."""
+    from rafmcli.signals import hold_through_finalize
+
+    hold_through_finalize(codegen)
+
+
+_AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _cached_loads_lean,
+                  "numba.core.codegen": _finalize_held}
 
 
 class LeanNumba:

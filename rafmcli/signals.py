@@ -6,24 +6,30 @@ standard input). Once one signal is being handled, later ones are ignored so
 that the clean-up itself cannot be cut short; a critical section such as
 renaming staged outputs into place runs under :func:`held`, which defers a
 signal to its end, and so does numba's finalizing of a kernel's machine code
-(:func:`hold_through_finalize`). Signals ignored when rafm starts (``nohup``)
-stay ignored.
+(:func:`hold_through_finalize`). Python drops an exception raised where no caller
+can catch it (a ``__del__``, a weakref or ctypes callback); Terminated dropped
+there is raised again a moment later (:func:`_unraisable`). Signals ignored when
+rafm starts (``nohup``) stay ignored.
 """
 
 import functools
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
 from rafmcli.errors import Terminated
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+REDELIVER_SECONDS = 0.001  # from Terminated dropped by Python to its SIGALRM
 
 
 class _State:
     held = 0            # nesting depth of held()
     pending = None      # a signal that arrived while held
     unwinding = False   # Terminated already raised
+    dropped = None      # a signal whose Terminated Python dropped, raised again by SIGALRM
+    unraisable = None   # sys.unraisablehook before handled()
 
 
 def _handler(signum, frame):
@@ -34,6 +40,25 @@ def _handler(signum, frame):
         return
     _State.unwinding = True
     raise Terminated(signum)
+
+
+def _unraisable(unraisable):
+    """sys.unraisablehook under :func:`handled`: Terminated raised where Python drops it is
+    raised again REDELIVER_SECONDS later by SIGALRM, in whatever code runs then (again if
+    that drops it too); any other exception goes to the previous hook. Without this the
+    signal was lost and, the handler thinking the command was unwinding, so was every later one."""
+    if isinstance(unraisable.exc_value, Terminated):
+        _State.unwinding, _State.dropped = False, unraisable.exc_value.signum
+        signal.setitimer(signal.ITIMER_REAL, REDELIVER_SECONDS)
+    else:
+        _State.unraisable(unraisable)
+
+
+def _redeliver(_signum, frame):
+    """SIGALRM: the dropped signal, handled as it arrives now."""
+    dropped, _State.dropped = _State.dropped, None
+    if dropped is not None:
+        _handler(dropped, frame)
 
 
 @contextmanager
@@ -48,10 +73,17 @@ def handled():
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
-    _State.held, _State.pending, _State.unwinding = 0, None, False
+    alarm = hasattr(signal, "setitimer")
+    if alarm:
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _redeliver)
+        _State.unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
+    _State.held, _State.pending, _State.unwinding, _State.dropped = 0, None, False, None
     try:
         yield
     finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            sys.unraisablehook = _State.unraisable
         for s, h in previous.items():
             signal.signal(s, h)
 

@@ -366,6 +366,56 @@ def test_a_signal_while_llvm_calls_back_ends_the_command(tmp_path, sample, signu
     assert os.listdir(tmp_path) == []
 
 
+SIGNAL_IN_DEL = """
+import os, signal, sys
+from rafmcli import cli
+from rafmcli.io import reader
+
+class Dropped:
+    def __del__(self):  # Python drops what __del__ raises
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # bytecodes: the handler runs here
+
+read = reader.read_dataset
+def read_then_drop(*args, **kwargs):
+    data = read(*args, **kwargs)
+    Dropped()  # collected at once
+    return data
+reader.read_dataset = read_then_drop
+sys.argv = ["rafm", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, sample):
+    """Terminated raised in a __del__ (or a weakref or ctypes callback) is dropped by Python,
+    with "Exception ignored in"; the command once trained on, exited 0 and ignored every later
+    signal. It is raised again just after: exit 143, nothing written, nothing printed."""
+    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_DEL, *train_args(sample, save_model=tmp_path / "m.rafm")],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    assert (result.returncode, result.stderr) == (143, "")
+    assert os.listdir(tmp_path) == []
+
+
+def test_exceptions_dropped_otherwise_reach_the_previous_hook(tmp_path, sample, monkeypatch):
+    """Under the handlers an exception Python drops that is not Terminated goes to the
+    unraisable hook in place before (here, the test's); after, that hook is back."""
+    from rafmcli import signals
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    class Dropped:
+        def __del__(self):
+            raise ValueError("in __del__")
+
+    with signals.handled():
+        Dropped()
+        assert sys.unraisablehook is signals._unraisable
+    assert sys.unraisablehook == seen.append
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback
 
 def test_rlog_dash_is_stdout_and_model_dash_is_refused(tmp_path, sample, monkeypatch):

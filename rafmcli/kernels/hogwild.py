@@ -60,14 +60,15 @@ from rafmcli.kernels.sgd import (
     PREFETCH_AHEAD,
     ROWWISE,
     SGD,
-    _step,
-    _step_factors,
     distillation_terms,
     gather_rows,
     level_coefficients,
     loss_gradient,
     no_replicas,
+    step_factors,
     step_rates,
+    step_weight,
+    with_steps,
 )
 from rafmcli.kernels.sorting import stable_argsort
 
@@ -264,7 +265,6 @@ def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max
 
 def _make_trainer(method):
     """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
-    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
     def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
                    hot_ids, merge_rows, claims):
         """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
@@ -338,8 +338,8 @@ def _make_trainer(method):
             if n_dep > 0 and variant != PAPER:
                 lr_dep = lr_step
             # bias and linear weights
-            _step(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
-                  method, beta1, beta2, eps)
+            step_weight(W0, 0, A0, 0, A0, 1, g_lin + hyper[H_REG0] * W0[0], lr_step * hyper[H_BIAS_ON],
+                        beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for k in range(a, b):
                 i = idx[k]
@@ -351,11 +351,11 @@ def _make_trainer(method):
                         dirty[hs] = True
                         touched[n_touched] = hs
                         n_touched += 1
-                    _step(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear, method,
-                          beta1, beta2, eps)
+                    step_weight(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear,
+                                beta1, beta2, eps)
                 else:
-                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                          beta1, beta2, eps)
+                    step_weight(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear,
+                                beta1, beta2, eps)
                 for l in range(top + 1):
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
@@ -364,19 +364,19 @@ def _make_trainer(method):
                     if hs >= 0:
                         start = np.uint64(hs) * np.uint64(stride) + so
                         if nested and l < top:
-                            _step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                            step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                         x, reg_v[l], lr_dep, beta1, beta2, eps)
                         else:
-                            _step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_free[l] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                            step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_free[l] * x, 0.0,
+                                         x, reg_v[l], lr_step, beta1, beta2, eps)
                     else:
                         start = row_start(offsets, widths, l, i)
                         if nested and l < top:
-                            _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
-                                          x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                            step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
+                                         x, reg_v[l], lr_dep, beta1, beta2, eps)
                         else:
-                            _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
-                                          x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                            step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
+                                         x, reg_v[l], lr_step, beta1, beta2, eps)
             pos += 1
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
@@ -384,7 +384,7 @@ def _make_trainer(method):
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 
-    return rows_range
+    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, rows_range))
 
 
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

@@ -63,10 +63,11 @@ from rafmcli.kernels.sgd import (
     ROWWISE,
     SGD,
     TASK_CLASSIFICATION,
-    _step,
-    _step_factors,
     distillation_terms,
     level_coefficients,
+    step_factors,
+    step_weight,
+    with_steps,
 )
 
 ZERO = np.int64(0)  # an offset typed int64 as the others (a literal 0 compiles add_sums again)
@@ -168,7 +169,6 @@ def _make_trainers(method):
     every process (the key hashes the closure's pickled dispatcher) and compile on every run.
     """
 
-    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
     def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
                         rng, t, forced, claims):
         """Positives order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
@@ -288,8 +288,8 @@ def _make_trainers(method):
                         s = S[so + f]
                         sum_free[f] += af * s
                         sum_dep[f] += ad * s + bd * (s - T[so + f])
-            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
-                  method, beta1, beta2, eps)
+            step_weight(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+                        beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for h in range(G):
                 if h == g:
@@ -298,8 +298,8 @@ def _make_trainers(method):
                 for k in range(vptr[u], vptr[u + 1]):
                     i = vfeat[k]
                     x = vx[k]
-                    _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                          beta1, beta2, eps)
+                    step_weight(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear,
+                                beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
                         # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
@@ -307,33 +307,33 @@ def _make_trainers(method):
                         dependent = nested and l < top
                         sums = sum_dep if dependent else sum_free
                         coef = coef_dep[l] if dependent else coef_free[l]
-                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
-                                      sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
-                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
+                        step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
+                                     sums, sums, np.uint64(soff[l]), x, 0.0, coef * x, reg_v[l],
+                                     lr_dep if dependent else lr_step, beta1, beta2, eps)
             for j in range(K + 1):
                 u = vals[j]
                 observed = 1.0 if j == 0 else reg_negatives  # L2 in this row (module notes)
                 for k in range(vptr[u], vptr[u + 1]):
                     i = vfeat[k]
                     x = vx[k]
-                    _step(w, i, accw1, i, accw2, i, grad_lin[j] * x + observed * hyper[H_REG1] * w[i], lr_linear,
-                          method, beta1, beta2, eps)
+                    step_weight(w, i, accw1, i, accw2, i, grad_lin[j] * x + observed * hyper[H_REG1] * w[i], lr_linear,
+                                beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
                         c = j * m + l
                         dependent = nested and l < top
-                        _step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
-                                      S, T, np.uint64((j + 1) * W + soff[l]),
-                                      (a_dep[c] if dependent else a_free[c]) * x,
-                                      b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
-                                      lr_dep if dependent else lr_step, method, beta1, beta2, eps)
+                        step_factors(V, accV1, accV2, row_start(offsets, widths, l, i), np.uint64(widths[l]), unit,
+                                     S, T, np.uint64((j + 1) * W + soff[l]),
+                                     (a_dep[c] if dependent else a_free[c]) * x,
+                                     b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
+                                     lr_dep if dependent else lr_step, beta1, beta2, eps)
             pos += 1
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
                 pos = block_lo
         return loss
 
-    return train_positives
+    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, train_positives))
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}

@@ -30,6 +30,8 @@ parameters a row touches. Kernels are free of I/O; tunables arrive as
 arguments (numba freezes globals).
 """
 
+from types import FunctionType
+
 import numpy as np
 from numba import njit
 
@@ -75,93 +77,126 @@ PREFETCH_AHEAD = 2  # rows between prefetching a row's factors and training on i
 GATHER_AHEAD = 8  # rows the gather prefetches ahead (twice that for indptr and labels)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _step(p, j, a1, j1, a2, j2, grad, lr, method, beta1, beta2, eps):
-    """One optimizer step on p[j] with state a1[j1], a2[j2] (lazy: only what a row touches)."""
-    if method == SGD:
-        p[j] -= lr * grad
-    elif method == ADAGRAD or method == ROWWISE:  # a weight is a row of one
-        a1[j1] += grad * grad
-        p[j] -= lr * grad / (np.sqrt(a1[j1]) + eps)
-    elif method == ADAM:
-        a1[j1] = beta1 * a1[j1] + (1.0 - beta1) * grad
-        a2[j2] = beta2 * a2[j2] + (1.0 - beta2) * grad * grad
-        p[j] -= lr * a1[j1] / (np.sqrt(a2[j2]) + eps)
-    else:
-        a1[j1] += grad
+def _make_steps(method):
+    """``method``'s (step_weight, step_factors), ``method`` a closure constant (:func:`with_steps`)."""
+
+    @njit(cache=True, error_model="numpy", inline="always")
+    def step_weight(p, j, a1, j1, a2, j2, grad, lr, beta1, beta2, eps):
+        """One optimizer step on p[j] with state a1[j1], a2[j2] (lazy: only what a row touches)."""
+        if method == SGD:
+            p[j] -= lr * grad
+        elif method == ADAGRAD or method == ROWWISE:  # a weight is a row of one
+            a1[j1] += grad * grad
+            p[j] -= lr * grad / (np.sqrt(a1[j1]) + eps)
+        elif method == ADAM:
+            a1[j1] = beta1 * a1[j1] + (1.0 - beta1) * grad
+            a2[j2] = beta2 * a2[j2] + (1.0 - beta2) * grad * grad
+            p[j] -= lr * a1[j1] / (np.sqrt(a2[j2]) + eps)
+        else:
+            a1[j1] += grad
+
+    @njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+    def step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, beta1, beta2, eps):
+        """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets; row-wise
+        AdaGrad's one sum at a1[start // unit], forward.row_unit).
+
+        Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes), S_l and
+        T_l at ``so`` in S and T; one branch-free float32 loop per method so that
+        it vectorises 8 wide. Row-wise AdaGrad: G += mean_f g_f^2, v -= lr g / (sqrt(G) + eps),
+        in two loops (the sum's loop stores nothing, so no run-time alias check picks its order).
+        """
+        ca, cb, x, reg = np.float32(ca), np.float32(cb), np.float32(x), np.float32(reg)
+        lr, eps = np.float32(lr), np.float32(eps)
+        beta1, beta2 = np.float32(beta1), np.float32(beta2)
+        one = np.float32(1.0)
+        if method == SGD and cb == 0:
+            for f in range(width):
+                v = V[start + f]
+                V[start + f] = v - lr * (ca * (S[so + f] - v * x) + reg * v)
+        elif method == SGD:
+            for f in range(width):
+                v = V[start + f]
+                V[start + f] = v - lr * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
+        elif method == ADAGRAD and cb == 0:  # a free variable: no T to read
+            for f in range(width):
+                v = V[start + f]
+                g = ca * (S[so + f] - v * x) + reg * v
+                acc = a1[start + f] + g * g
+                a1[start + f] = acc
+                V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
+        elif method == ADAGRAD:
+            for f in range(width):
+                v = V[start + f]
+                g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+                acc = a1[start + f] + g * g
+                a1[start + f] = acc
+                V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
+        elif method == ROWWISE:
+            squares = np.float32(0.0)
+            if cb == 0:  # a free variable: no T to read
+                for f in range(width):
+                    g = ca * (S[so + f] - V[start + f] * x) + reg * V[start + f]
+                    squares += g * g
+            else:
+                for f in range(width):
+                    g = ca * (S[so + f] - V[start + f] * x) + cb * (S[so + f] - T[so + f]) + reg * V[start + f]
+                    squares += g * g
+            r = start // unit
+            acc = a1[r] + squares / np.float32(width)
+            a1[r] = acc
+            scale = lr / (np.sqrt(acc) + eps)
+            if cb == 0:
+                for f in range(width):
+                    v = V[start + f]
+                    V[start + f] = v - scale * (ca * (S[so + f] - v * x) + reg * v)
+            else:
+                for f in range(width):
+                    v = V[start + f]
+                    V[start + f] = v - scale * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
+        elif method == ADAM:
+            for f in range(width):
+                v = V[start + f]
+                g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+                m1 = beta1 * a1[start + f] + (one - beta1) * g
+                m2 = beta2 * a2[start + f] + (one - beta2) * g * g
+                a1[start + f] = m1
+                a2[start + f] = m2
+                V[start + f] = v - lr * m1 / (np.sqrt(m2) + eps)
+        else:
+            for f in range(width):
+                v = V[start + f]
+                a1[start + f] += ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+
+    return step_weight, step_factors
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
-def _step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, method, beta1, beta2, eps):
-    """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets; row-wise
-    AdaGrad's one sum at a1[start // unit], forward.row_unit).
+_STEPS = {method: _make_steps(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}
 
-    Gradient ca (S_l - v x) + cb (S_l - T_l) + reg v (module notes), S_l and
-    T_l at ``so`` in S and T; one branch-free float32 loop per method so that
-    it vectorises 8 wide. Row-wise AdaGrad: G += mean_f g_f^2, v -= lr g / (sqrt(G) + eps),
-    in two loops (the sum's loop stores nothing, so no run-time alias check picks its order).
+
+def step_weight(p, j, a1, j1, a2, j2, grad, lr, beta1, beta2, eps):
+    """One optimizer step on p[j]: in a trainer made by :func:`with_steps`, its method's own."""
+    raise NotImplementedError("a trainer's optimizer step: with_steps gives the method's own")
+
+
+def step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, beta1, beta2, eps):
+    """Step a factor row: in a trainer made by :func:`with_steps`, its method's own."""
+    raise NotImplementedError("a trainer's optimizer step: with_steps gives the method's own")
+
+
+def with_steps(method, kernel):
+    """``kernel`` (a plain function) whose global names ``step_weight`` and ``step_factors`` are
+    ``method``'s own optimizer steps: the same code over a copy of its module's globals.
+
+    Each step holds its method's branch alone, and numba inlines it (inline="always")
+    before pruning branches: with every method's branches in one step, each call site
+    typed all of them, a fifth more compile time for every trainer (same machine code).
+    Globals, not a closure: numba's cache key pickles a closure's contents, and a jitted
+    function pickles with a new id in every process, so every run would compile. The
+    module's globals are copied when the trainers are made, below every name they use.
     """
-    ca, cb, x, reg = np.float32(ca), np.float32(cb), np.float32(x), np.float32(reg)
-    lr, eps = np.float32(lr), np.float32(eps)
-    beta1, beta2 = np.float32(beta1), np.float32(beta2)
-    one = np.float32(1.0)
-    if method == SGD and cb == 0:
-        for f in range(width):
-            v = V[start + f]
-            V[start + f] = v - lr * (ca * (S[so + f] - v * x) + reg * v)
-    elif method == SGD:
-        for f in range(width):
-            v = V[start + f]
-            V[start + f] = v - lr * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
-    elif method == ADAGRAD and cb == 0:  # a free variable: no T to read
-        for f in range(width):
-            v = V[start + f]
-            g = ca * (S[so + f] - v * x) + reg * v
-            acc = a1[start + f] + g * g
-            a1[start + f] = acc
-            V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
-    elif method == ADAGRAD:
-        for f in range(width):
-            v = V[start + f]
-            g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
-            acc = a1[start + f] + g * g
-            a1[start + f] = acc
-            V[start + f] = v - lr * g / (np.sqrt(acc) + eps)
-    elif method == ROWWISE:
-        squares = np.float32(0.0)
-        if cb == 0:  # a free variable: no T to read
-            for f in range(width):
-                g = ca * (S[so + f] - V[start + f] * x) + reg * V[start + f]
-                squares += g * g
-        else:
-            for f in range(width):
-                g = ca * (S[so + f] - V[start + f] * x) + cb * (S[so + f] - T[so + f]) + reg * V[start + f]
-                squares += g * g
-        r = start // unit
-        acc = a1[r] + squares / np.float32(width)
-        a1[r] = acc
-        scale = lr / (np.sqrt(acc) + eps)
-        if cb == 0:
-            for f in range(width):
-                v = V[start + f]
-                V[start + f] = v - scale * (ca * (S[so + f] - v * x) + reg * v)
-        else:
-            for f in range(width):
-                v = V[start + f]
-                V[start + f] = v - scale * (ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v)
-    elif method == ADAM:
-        for f in range(width):
-            v = V[start + f]
-            g = ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
-            m1 = beta1 * a1[start + f] + (one - beta1) * g
-            m2 = beta2 * a2[start + f] + (one - beta2) * g * g
-            a1[start + f] = m1
-            a2[start + f] = m2
-            V[start + f] = v - lr * m1 / (np.sqrt(m2) + eps)
-    else:
-        for f in range(width):
-            v = V[start + f]
-            a1[start + f] += ca * (S[so + f] - v * x) + cb * (S[so + f] - T[so + f]) + reg * v
+    scope = dict(kernel.__globals__)
+    scope["step_weight"], scope["step_factors"] = _STEPS[method]
+    return FunctionType(kernel.__code__, scope, kernel.__name__, kernel.__defaults__, kernel.__closure__)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -280,7 +315,6 @@ def _make_trainers(method):
     a fifth of its speed).
     """
 
-    @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
     def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
         """Visit rows order[lo:hi] (with ``replicas``' claims: blocks of ``order`` claimed from the
         workers' counter), updating the model after each; return the summed loss.
@@ -346,25 +380,25 @@ def _make_trainers(method):
             if n_dep > 0 and variant != PAPER:
                 lr_dep = lr_step
             # bias and linear weights
-            _step(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
-                  method, beta1, beta2, eps)
+            step_weight(w0, 0, acc0, 0, acc0, 1, g_lin + hyper[H_REG0] * w0[0], lr_step * hyper[H_BIAS_ON],
+                        beta1, beta2, eps)
             lr_linear = lr_step * hyper[H_LINEAR_ON]
             for k in range(a, b):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
                 top = top_level(lev, i, m)
-                _step(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear, method,
-                      beta1, beta2, eps)
+                step_weight(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear,
+                            beta1, beta2, eps)
                 for l in range(top + 1):
                     start = row_start(offsets, widths, l, i)
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
                     if nested and l < top:
-                        _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x,
-                                      b_dep[l] * x, x, reg_v[l], lr_dep, method, beta1, beta2, eps)
+                        step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_dep[l] * x,
+                                     b_dep[l] * x, x, reg_v[l], lr_dep, beta1, beta2, eps)
                     else:
-                        _step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
-                                      x, reg_v[l], lr_step, method, beta1, beta2, eps)
+                        step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
+                                     x, reg_v[l], lr_step, beta1, beta2, eps)
             pos += 1
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
@@ -372,7 +406,7 @@ def _make_trainers(method):
         merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 
-    return train_rows
+    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, train_rows))
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

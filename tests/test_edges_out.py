@@ -36,6 +36,12 @@ def run(args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def child_env():
+    """The environment of a Python process a test starts: this checkout first, then the test
+    run's PYTHONPATH (tests/compile_lock: no kernel compiled by two processes at once)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
 def listing(folder):
     """{name: (inode, type and mode, size, content digest)}: what 'nothing replaced' compares."""
     out = {}
@@ -232,7 +238,7 @@ def _signal_when(tmp_path, args, ready, signum=signal.SIGTERM, timeout=120):
     """Run rafm; as soon as ready(names in tmp_path) holds, stop it, check ready
     still holds (the moment was caught), send ``signum``; (exit status, stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "rafmcli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT})
+                            stderr=subprocess.PIPE, env=child_env())
     deadline = time.monotonic() + timeout
     while not ready(os.listdir(tmp_path)):
         assert proc.poll() is None, proc.communicate()
@@ -361,7 +367,7 @@ def test_a_signal_while_llvm_calls_back_ends_the_command(tmp_path, sample, signu
     output never written, and nothing printed."""
     result = subprocess.run([sys.executable, "-c", SIGNAL_IN_LLVM_CALLBACK, str(int(signum)), str(at),
                              *train_args(sample, save_model=tmp_path / "m.rafm")], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+                            env=child_env())
     assert (result.returncode, result.stderr) == (128 + signum, "")
     assert os.listdir(tmp_path) == []
 
@@ -392,7 +398,7 @@ def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, 
     with "Exception ignored in"; the command once trained on, exited 0 and ignored every later
     signal. It is raised again just after: exit 143, nothing written, nothing printed."""
     result = subprocess.run([sys.executable, "-c", SIGNAL_IN_DEL, *train_args(sample, save_model=tmp_path / "m.rafm")],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+                            capture_output=True, text=True, env=child_env())
     assert (result.returncode, result.stderr) == (143, "")
     assert os.listdir(tmp_path) == []
 
@@ -432,7 +438,7 @@ def test_rlog_dash_is_stdout_and_model_dash_is_refused(tmp_path, sample, monkeyp
 
 def _cli(args, **popen):
     return subprocess.Popen([sys.executable, "-m", "rafmcli", *map(str, args)], stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": ROOT}, **popen)
+                            env=child_env(), **popen)
 
 
 def test_closed_stdout_is_a_clean_error(tmp_path, sample):

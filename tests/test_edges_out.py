@@ -9,6 +9,7 @@ machine's /dev.
 
 import errno
 import gc
+import glob
 import io
 import os
 import signal
@@ -344,7 +345,7 @@ import os, sys
 from rafmcli import cli
 cli.LeanNumba.install()  # as main does, so that numba.core.codegen loads with rafm's hooks
 from numba.core import codegen
-signum, at = int(sys.argv[1]), int(sys.argv[2])
+signum, at, finished = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 calls = [0]
 for name in ("_object_getbuffer_hook", "_object_compiled_hook"):  # LLVM calls these through ctypes
     def hook(cls, *args, own=getattr(codegen.CPUCodeLibrary, name).__func__):
@@ -352,9 +353,10 @@ for name in ("_object_getbuffer_hook", "_object_compiled_hook"):  # LLVM calls t
         if calls[0] == at:
             os.kill(os.getpid(), signum)
             sum(range(1000))  # bytecodes: the handler runs here, inside the callback
+            open(finished, "w").close()  # the callback went on: the handler did not raise in it
         return own(cls, *args)
     setattr(codegen.CPUCodeLibrary, name, classmethod(hook))
-sys.argv = ["rafm", *sys.argv[3:]]
+sys.argv = ["rafm", *sys.argv[4:]]
 cli.main()
 """
 
@@ -364,12 +366,53 @@ def test_a_signal_while_llvm_calls_back_ends_the_command(tmp_path, sample, signu
     """LLVM calls numba's Python back (ctypes) for each kernel's machine code, loaded or
     compiled, and ctypes drops what a callback raises: a signal there once let the command
     finish and exit 0, or left a kernel without code (SIGSEGV). Now it exits 128 + N, its
-    output never written, and nothing printed."""
-    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_LLVM_CALLBACK, str(int(signum)), str(at),
-                             *train_args(sample, save_model=tmp_path / "m.rafm")], capture_output=True, text=True,
+    output never written, and nothing printed: the signal waits for the callback's end
+    (raised and dropped in it, it would be sent again, but the kernel would have no code)."""
+    finished = tmp_path / "callback finished"
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_LLVM_CALLBACK, str(int(signum)), str(at), str(finished),
+                             *train_args(sample, save_model=out / "m.rafm")], capture_output=True, text=True,
                             env=child_env())
     assert (result.returncode, result.stderr) == (128 + signum, "")
-    assert os.listdir(tmp_path) == []
+    assert finished.exists() and os.listdir(out) == []
+
+
+SIGNAL_IN_CACHE_WRITE = """
+import contextlib, os, signal, sys
+from rafmcli import cli, signals
+from rafmcli.errors import Terminated
+cli.LeanNumba.install()  # as main does, so that numba.core.caching loads with rafm's hooks
+from numba.core import caching
+own = caching.IndexDataCacheFile._open_for_write
+@contextlib.contextmanager
+def signalled(self, path):
+    with own(self, path) as fh:
+        yield fh
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # bytecodes: the handler runs here, the file half written
+caching.IndexDataCacheFile._open_for_write = signalled
+sys.path.insert(0, sys.argv[1])
+import tiny
+try:
+    with signals.handled():
+        tiny.plus_one(1)
+except Terminated as exc:
+    sys.exit(128 + exc.signum)
+"""
+
+
+def test_a_signal_while_numba_writes_its_cache_leaves_no_temporary_file(tmp_path):
+    """numba writes a kernel's cache files through temporary files it removes on an Exception
+    only: Terminated there left one in the cache directory. The write now finishes first."""
+    (tmp_path / "tiny.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef plus_one(x):\n"
+                                      "    return x + 1\n")
+    cache = tmp_path / "numba"
+    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_CACHE_WRITE, str(tmp_path)], capture_output=True,
+                            text=True, env={**child_env(), "NUMBA_CACHE_DIR": str(cache)})
+    assert (result.returncode, result.stderr) == (143, "")
+    written = [os.path.basename(p) for p in glob.glob(str(cache / "**" / "*"), recursive=True) if os.path.isfile(p)]
+    assert written and not [name for name in written if ".tmp" in name], written
 
 
 SIGNAL_IN_DEL = """
@@ -403,23 +446,49 @@ def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
-def test_exceptions_dropped_otherwise_reach_the_previous_hook(tmp_path, sample, monkeypatch):
-    """Under the handlers an exception Python drops that is not Terminated goes to the
-    unraisable hook in place before (here, the test's); after, that hook is back."""
+class DroppedError:
+    """An object whose __del__ raises ``error()``, which Python drops (sys.unraisablehook)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __del__(self):
+        raise self.error()
+
+
+def test_exceptions_dropped_otherwise_reach_the_previous_hook(monkeypatch):
+    """Under the handlers an exception Python drops that is not Terminated goes to the hook in
+    place before (here, the test's), nested handlers too; afterwards that hook is back."""
     from rafmcli import signals
 
     seen = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)
-
-    class Dropped:
-        def __del__(self):
-            raise ValueError("in __del__")
-
     with signals.handled():
-        Dropped()
-        assert sys.unraisablehook is signals._unraisable
+        DroppedError(ValueError)
+        with signals.handled():
+            DroppedError(KeyError)
+        DroppedError(OSError)
+    DroppedError(TypeError)
+    assert [type(u.exc_value) for u in seen] == [ValueError, KeyError, OSError, TypeError]
     assert sys.unraisablehook == seen.append
-    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
+def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
+    """Terminated dropped just before the end, before it could be sent again, is raised as the
+    handlers are removed: the command still exits 128 + N."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+
+    def terminated():
+        signals._handler(signal.SIGHUP, None)  # raises Terminated, in a __del__
+
+    monkeypatch.setattr(signals, "RESEND_SECONDS", 60.0)  # the block ends first
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            DroppedError(terminated)
+    assert raised.value.signum == signal.SIGHUP
+    assert signals._State.resend is None and signals._State.dropped is None
+
 
 
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback

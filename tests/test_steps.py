@@ -330,3 +330,24 @@ def test_one_level_trains_as_the_level_machinery_does(task, method):
         np.testing.assert_array_equal(got, want)
     for got, want in zip(trained[1][3], trained[0][3]):
         np.testing.assert_array_equal(got, want)
+
+
+def test_with_steps_refuses_a_trainer_that_does_not_use_its_method():
+    """numba's cache key covers a trainer's closure, not its globals (kernels.sgd.with_steps):
+    a trainer whose code never names its ``method`` would serve one method's steps for all."""
+
+    def using(method):
+        def trainer(x):
+            return x + method
+
+        return trainer
+
+    def ignoring(method):
+        def trainer(x):
+            return x
+
+        return trainer
+
+    assert K.with_steps(K.ADAM, using(K.ADAM))(1) == 1 + K.ADAM
+    with pytest.raises(ValueError, match="method"):
+        K.with_steps(K.ADAM, ignoring(K.ADAM))

@@ -59,13 +59,30 @@ def _load_overload(self, sig, target_context):
 
 
 def _finalize_held(codegen):
-    """numba.core.codegen: signals wait for a kernel's machine code (rafmcli.signals)."""
-    from rafmcli.signals import hold_through_finalize
+    """numba.core.codegen: a signal waits for a kernel's machine code (rafmcli.signals).
 
-    hold_through_finalize(codegen)
+    While numba finalizes a kernel, compiled or loaded from the cache, LLVM calls Python
+    back through ctypes to fetch or store its object code, and ctypes drops an exception
+    raised in a callback: Terminated raised there left a kernel without its code, which
+    crashed (SIGSEGV) when called. Held, the signal ends the command just after, a few
+    milliseconds for a cached kernel, at most a few seconds for a compile.
+    """
+    from rafmcli.signals import hold_through
+
+    hold_through(getattr(codegen, "JITCodeLibrary", None), "_finalize_specific")
 
 
-_AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _cached_loads_lean,
+def _caching_patched(caching):
+    """numba.core.caching: cached loads stay lean, and a signal waits for a kernel's cache
+    files to be written: numba removes its temporary file on an Exception only, so
+    Terminated (a BaseException) left one in the cache directory."""
+    from rafmcli.signals import hold_through
+
+    _cached_loads_lean(caching)
+    hold_through(caching.Cache, "save_overload")
+
+
+_AFTER_LOADING = {"numba.core.entrypoints": _extensions_done, "numba.core.caching": _caching_patched,
                   "numba.core.codegen": _finalize_held}
 
 

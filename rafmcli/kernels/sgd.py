@@ -80,7 +80,7 @@ GATHER_AHEAD = 8  # rows the gather prefetches ahead (twice that for indptr and 
 def _make_steps(method):
     """``method``'s (step_weight, step_factors), ``method`` a closure constant (:func:`with_steps`)."""
 
-    @njit(cache=True, error_model="numpy", inline="always")
+    @njit(error_model="numpy", inline="always")
     def step_weight(p, j, a1, j1, a2, j2, grad, lr, beta1, beta2, eps):
         """One optimizer step on p[j] with state a1[j1], a2[j2] (lazy: only what a row touches)."""
         if method == SGD:
@@ -95,7 +95,7 @@ def _make_steps(method):
         else:
             a1[j1] += grad
 
-    @njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+    @njit(error_model="numpy", fastmath=FAST, inline="always")
     def step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, beta1, beta2, eps):
         """Step the factor row v = V[start:start+width] (a1, a2: state at the same offsets; row-wise
         AdaGrad's one sum at a1[start // unit], forward.row_unit).
@@ -189,12 +189,16 @@ def with_steps(method, kernel):
 
     Each step holds its method's branch alone, and numba inlines it (inline="always")
     before pruning branches: with every method's branches in one step, each call site
-    typed all of them: a tenth more compile time for a trainer, a third more for Adam's
-    (the largest branch), for the same machine code.
+    typed all of them, a third more compile time for Adam's trainer and a sixth more for
+    row-wise AdaGrad's (SGD's and AdaGrad's about the same), for the same machine code.
     Globals, not a closure: numba's cache key pickles a closure's contents, and a jitted
-    function pickles with a new id in every process, so every run would compile. The
-    module's globals are copied when the trainers are made, below every name they use.
+    function pickles with a new id in every process, so every run would compile. The key
+    does not cover globals, so ``kernel`` must use its closure's ``method`` (the key's only
+    difference between methods). The module's globals are copied when the trainers are
+    made, below every name they use.
     """
+    if "method" not in kernel.__code__.co_freevars:
+        raise ValueError(f"{kernel.__name__} does not use its closure's method: one cache entry for every method")
     scope = dict(kernel.__globals__)
     scope["step_weight"], scope["step_factors"] = _STEPS[method]
     return FunctionType(kernel.__code__, scope, kernel.__name__, kernel.__defaults__, kernel.__closure__)

@@ -68,7 +68,7 @@ def handled():
     previous_hook, main = sys.unraisablehook, threading.get_ident()
 
     def resend_dropped(unraisable):
-        if not isinstance(unraisable.exc_value, Terminated):
+        if not isinstance(unraisable.exc_value, Terminated) or not hasattr(signal, "pthread_kill"):
             previous_hook(unraisable)
             return
         signum = unraisable.exc_value.signum

@@ -27,9 +27,17 @@ RESEND_SECONDS = 0.001  # from a Terminated that Python dropped to its signal se
 class _State:
     held = 0            # nesting depth of held()
     pending = None      # a signal that arrived while held
-    unwinding = False   # Terminated already raised
+    unwinding = False   # Terminated raised, or the block ending: the handler ignores signals
     dropped = None      # a signal whose Terminated Python dropped (handled() sends it again)
-    resend = None       # the timer sending it
+    resend = ()         # the timers sending it
+
+
+def _saved():
+    return _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend
+
+
+def _restore(saved):
+    _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend = saved
 
 
 def _terminate(signum):
@@ -56,42 +64,46 @@ def handled():
     Under it, sys.unraisablehook sends the signal of a Terminated that Python dropped
     to the main thread again RESEND_SECONDS later (a timer thread), to be raised in
     whatever code runs then, again if that drops it too; other exceptions go to the
-    hook before. Without it the signal was lost and, the handler thinking the command
-    was unwinding, so was every later one. A signal dropped as the block ends is
-    raised there.
+    hook before. (Lost, the signal also left the handler believing the command was
+    unwinding, and every later one was ignored.) A signal dropped as the block ends
+    is raised there. Nested, an inner block leaves the outer's state as it found it.
     """
     try:
         previous = {s: signal.signal(s, _handler) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
-    previous_hook, main = sys.unraisablehook, threading.get_ident()
+    previous_hook, main, outer = sys.unraisablehook, threading.get_ident(), _saved()
 
     def resend_dropped(unraisable):
         if not isinstance(unraisable.exc_value, Terminated) or not hasattr(signal, "pthread_kill"):
             previous_hook(unraisable)
             return
-        signum = unraisable.exc_value.signum
-        _State.unwinding, _State.dropped = False, signum
-        _State.resend = threading.Timer(RESEND_SECONDS, signal.pthread_kill, (main, signum))
-        _State.resend.daemon = True
-        _State.resend.start()
+        _State.dropped = unraisable.exc_value.signum
+        timer = threading.Timer(RESEND_SECONDS, signal.pthread_kill, (main, _State.dropped))
+        timer.daemon = True
+        try:  # still unwinding: a signal while the timer starts cannot raise in this hook
+            timer.start()
+            _State.resend += (timer,)
+        finally:
+            _State.unwinding = False
 
     sys.unraisablehook = resend_dropped
-    _State.held, _State.pending, _State.unwinding, _State.dropped = 0, None, False, None
+    _restore((0, None, False, None, ()))
     try:
         yield
     finally:
-        _State.unwinding = True  # a signal from here on (or the timer's) is ignored
-        if _State.resend is not None:
-            _State.resend.cancel()
-            _State.resend.join()  # a signal it sent has met the handler once this returns
-            _State.resend = None
+        _State.unwinding = True  # a signal from here on (or a timer's) is ignored
+        for timer in _State.resend:
+            timer.cancel()
+            timer.join()  # a signal it sent has met the handler once this returns
         sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h)
-        if _State.dropped is not None:
-            _terminate(_State.dropped)
+        dropped = _State.dropped
+        _restore(outer)
+        if dropped is not None:
+            _terminate(dropped)
 
 
 @contextmanager

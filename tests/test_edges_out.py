@@ -341,7 +341,7 @@ def test_sighup_and_sigint_exit_128_plus_n(tmp_path, signum):
 
 
 SIGNAL_IN_LLVM_CALLBACK = """
-import os, sys
+import os, signal, sys
 from rafmcli import cli
 cli.LeanNumba.install()  # as main does, so that numba.core.codegen loads with rafm's hooks
 from numba.core import codegen
@@ -351,8 +351,7 @@ for name in ("_object_getbuffer_hook", "_object_compiled_hook"):  # LLVM calls t
     def hook(cls, *args, own=getattr(codegen.CPUCodeLibrary, name).__func__):
         calls[0] += 1
         if calls[0] == at:
-            os.kill(os.getpid(), signum)
-            sum(range(1000))  # bytecodes: the handler runs here, inside the callback
+            signal.getsignal(signum)(signum, None)  # the handler, as when the signal lands in the callback
             open(finished, "w").close()  # the callback went on: the handler did not raise in it
         return own(cls, *args)
     setattr(codegen.CPUCodeLibrary, name, classmethod(hook))
@@ -389,8 +388,7 @@ own = caching.IndexDataCacheFile._open_for_write
 def signalled(self, path):
     with own(self, path) as fh:
         yield fh
-        os.kill(os.getpid(), signal.SIGTERM)
-        sum(range(1000))  # bytecodes: the handler runs here, the file half written
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the handler, as when SIGTERM lands here
 caching.IndexDataCacheFile._open_for_write = signalled
 sys.path.insert(0, sys.argv[1])
 import tiny
@@ -422,8 +420,7 @@ from rafmcli.io import reader
 
 class Dropped:
     def __del__(self):  # Python drops what __del__ raises
-        os.kill(os.getpid(), signal.SIGTERM)
-        sum(range(1000))  # bytecodes: the handler runs here
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the handler, as when SIGTERM lands here
 
 read = reader.read_dataset
 def read_then_drop(*args, **kwargs):
@@ -473,6 +470,20 @@ def test_exceptions_dropped_otherwise_reach_the_previous_hook(monkeypatch):
     assert sys.unraisablehook == seen.append
 
 
+def test_an_inner_block_leaves_the_outer_one_handling_signals():
+    """Nested, the inner handled() ends and the outer still raises on a signal (its state is
+    left as the inner found it)."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            with signals.handled():
+                pass
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the handler, as when SIGTERM arrives
+    assert raised.value.signum == signal.SIGTERM
+
+
 def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
     """Terminated dropped just before the end, before it could be sent again, is raised as the
     handlers are removed: the command still exits 128 + N."""
@@ -487,7 +498,7 @@ def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
         with signals.handled():
             DroppedError(terminated)
     assert raised.value.signum == signal.SIGHUP
-    assert signals._State.resend is None and signals._State.dropped is None
+    assert signals._State.resend == () and signals._State.dropped is None
 
 
 

@@ -10,6 +10,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "data_samples")
 
 
+def child_env(*first):
+    """The environment of a Python process a test starts: ``first`` and this checkout ahead of
+    the test run's PYTHONPATH (tests/compile_lock: no kernel compiled by two processes at once)."""
+    paths = (*map(str, first), ROOT, os.environ.get("PYTHONPATH"))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
 def _kernel_source_hash():
     """numba keys a cached kernel by its own file's timestamp only, so a change in
     kernels/forward.py would leave stale compiled callers in kernels/sgd.py. Tests

@@ -179,15 +179,15 @@ def test_an_estimator_mapped_read_only_gets_writable_parameters(sample, tmp_path
 def test_readme_notebook_session_runs(tmp_path):
     """README's notebook section, executed as it stands, from the repository root."""
     pytest.importorskip("scipy")
-    from conftest import ROOT
+    from conftest import ROOT, child_env
 
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         text = fh.read()
     block = text.split("```python\n", 1)[1].split("```", 1)[0]
     code = "\n".join(line[4:] if line.startswith((">>> ", "... ")) else "" for line in block.splitlines())
     os.symlink(os.path.join(ROOT, "data_samples"), tmp_path / "data_samples")
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env=child_env())
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "clicks.rafm").exists()
 

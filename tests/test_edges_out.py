@@ -24,7 +24,7 @@ import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT
+from conftest import ROOT, child_env
 
 from rafmcli.cli import main
 from rafmcli.model import files as model_files
@@ -35,12 +35,6 @@ FAST = ["--model", "fm", "--dim", "4", "--iter", "2", "--quiet"]
 
 def run(args):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def child_env():
-    """The environment of a Python process a test starts: this checkout first, then the test
-    run's PYTHONPATH (tests/compile_lock: no kernel compiled by two processes at once)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
 
 
 def listing(folder):
@@ -499,7 +493,6 @@ def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
             DroppedError(terminated)
     assert raised.value.signum == signal.SIGHUP
     assert signals._State.resend == () and signals._State.dropped is None
-
 
 
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback

@@ -5,12 +5,11 @@ code may import those modules as usual."""
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, child_env
 
 CHECK = r"""
 import importlib.metadata, json, sys
@@ -159,6 +158,6 @@ def test_a_command_that_stops_before_waiting_exits_without_the_preload(tmp_path)
     process, and nothing is printed about the thread."""
     (tmp_path / "preload_forever.py").write_text("import threading\nthreading.Event().wait()\n")
     code = "import sys; from rafmcli import jit; jit.preload('preload_forever'); sys.exit(2)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=child_env(tmp_path))
     assert (done.returncode, done.stderr) == (2, "")

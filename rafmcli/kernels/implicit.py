@@ -302,7 +302,7 @@ def _make_trainers(method):
                                 beta1, beta2, eps)
                     top = top_level(lev, i, m)
                     for l in range(top + 1):
-                        # gradient x (sum_l - coef_l v x) + reg v: _step_factors with ca = x,
+                        # gradient x (sum_l - coef_l v x) + reg v: step_factors with ca = x,
                         # cb = 0 and coef_l x in the place of x
                         dependent = nested and l < top
                         sums = sum_dep if dependent else sum_free

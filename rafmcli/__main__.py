@@ -1,3 +1,3 @@
-from rafmcli.cli import main
+from rafmcli.entry import run
 
-main()
+run()

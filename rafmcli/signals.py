@@ -9,16 +9,20 @@ signal to its end, and so do numba's steps that Python must not leave half done
 (:func:`hold_through`). Python drops an exception raised where no caller can
 catch it (a ``__del__``, a weakref or ctypes callback): a signal whose
 Terminated was dropped is sent again a moment later (:func:`handled`). Signals
-ignored when rafm starts (``nohup``) stay ignored.
+ignored when rafm starts (``nohup``) stay ignored. Outside a command, the ``rafm``
+process's own handler ends it at once, or ignores the signal once the command has
+ended well (:func:`for_the_process`).
+
+This module imports no more than the standard library's signal support, so that the
+process can install its handler before it imports click and the commands.
 """
 
 import functools
+import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
-
-from rafmcli.errors import Terminated
 
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 RESEND_SECONDS = 0.001  # from a Terminated that Python dropped to its signal sent again
@@ -30,6 +34,7 @@ class _State:
     unwinding = False   # Terminated raised, or the block ending: the handler ignores signals
     dropped = None      # a signal whose Terminated Python dropped (handled() sends it again)
     resend = ()         # the timers sending it
+    finished = False    # the last command ended well: the process's handler ignores signals (not saved)
 
 
 def _saved():
@@ -41,6 +46,8 @@ def _restore(saved):
 
 
 def _terminate(signum):
+    from rafmcli.errors import Terminated
+
     _State.unwinding, _State.dropped = True, None
     raise Terminated(signum)
 
@@ -52,6 +59,24 @@ def _handler(signum, frame):
         _State.pending = _State.pending or signum
         return
     _terminate(signum)
+
+
+def _outside(signum, frame):
+    if not _State.finished:
+        os._exit(128 + signum)
+
+
+def for_the_process():
+    """Install the ``rafm`` process's handler, for the times no command runs: before one
+    has started (Python imports click, the commands and numba), a signal ends the
+    process at once with 128 + N, as nothing is written yet; after the command (a block
+    of :func:`handled`, which puts this handler back) it does the same if the command
+    failed, and is ignored if the command ended well: its outputs are in place, and the
+    status stays 0 (the interpreter's shutdown took 50 ms, where SIGTERM's default action
+    left the outputs with status 143). Ignored signals stay ignored."""
+    for s in HANDLED:
+        if signal.getsignal(s) != signal.SIG_IGN:
+            signal.signal(s, _outside)
 
 
 @contextmanager
@@ -67,7 +92,11 @@ def handled():
     hook before. (Lost, the signal also left the handler believing the command was
     unwinding, and every later one was ignored.) A signal dropped as the block ends
     is raised there. Nested, an inner block leaves the outer's state as it found it.
+    A block that ends well (or with SystemExit 0) marks the command finished for
+    :func:`for_the_process`'s handler; one that ends otherwise clears the mark.
     """
+    from rafmcli.errors import Terminated
+
     try:
         previous = {s: signal.signal(s, _handler) for s in HANDLED if signal.getsignal(s) != signal.SIG_IGN}
     except ValueError:  # not the main thread: leave signals alone
@@ -90,8 +119,14 @@ def handled():
 
     sys.unraisablehook = resend_dropped
     _restore((0, None, False, None, ()))
+    _State.finished = False
     try:
         yield
+    except SystemExit as exc:
+        _State.unwinding = _State.finished = exc.code in (None, 0)
+        raise
+    else:
+        _State.unwinding = _State.finished = True
     finally:
         _State.unwinding = True  # a signal from here on (or a timer's) is ignored
         for timer in _State.resend:

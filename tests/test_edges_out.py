@@ -437,6 +437,62 @@ def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
+SIGNAL_OUTSIDE_THE_COMMAND = """
+import gc, os, signal, sys, time
+signum, when = int(sys.argv[1]), sys.argv[2]
+
+class WhileImportingClick:  # the rafm process imports click and its commands first
+    def find_spec(self, name, path=None, target=None):
+        if name == "click" and when == "before":
+            os.kill(os.getpid(), signum)
+        return None
+
+sys.meta_path.insert(0, WhileImportingClick())
+freeze = gc.freeze
+def signal_then_freeze():  # the last thing the command group does, its command done
+    if when == "after":
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)
+    freeze()
+gc.freeze = signal_then_freeze
+sys.argv = ["rafm", *sys.argv[3:]]
+from rafmcli.entry import run
+run()
+"""
+
+
+def outside_the_command(signum, when, args):
+    return subprocess.run([sys.executable, "-c", SIGNAL_OUTSIDE_THE_COMMAND, str(int(signum)), when, *map(str, args)],
+                          capture_output=True, text=True, env=child_env())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_command_starts_ends_the_process_quietly(tmp_path, sample, signum):
+    """While the rafm process imports click and its commands, SIGINT printed a KeyboardInterrupt
+    traceback (exit 1) and SIGTERM's default action killed it: now 128 + N, nothing printed."""
+    result = outside_the_command(signum, "before", train_args(sample, save_model=tmp_path / "m.rafm"))
+    assert (result.returncode, result.stderr) == (128 + signum, "")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_command_ended_well_leaves_its_outputs_and_status(tmp_path, sample, signum):
+    """Once the command has written its outputs, rafm(1)'s "128 + N: nothing written" cannot
+    hold: a signal while the process exits is ignored (SIGTERM's default action gave 143
+    with the model in place)."""
+    result = outside_the_command(signum, "after", train_args(sample, save_model=tmp_path / "m.rafm"))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert os.listdir(tmp_path) == ["m.rafm"]
+
+
+def test_a_signal_after_a_failed_command_ends_the_process_quietly(tmp_path):
+    """Nothing was written: the signal ends the process with 128 + N after the command's one error line."""
+    missing = tmp_path / "missing.libfm"
+    result = outside_the_command(signal.SIGTERM, "after", ["stats", missing])
+    assert result.returncode == 143
+    assert result.stderr.splitlines() == [f"Error: {missing}: cannot open: No such file or directory"]
+
+
 class DroppedError:
     """An object whose __del__ raises ``error()``, which Python drops (sys.unraisablehook)."""
 

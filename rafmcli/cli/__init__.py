@@ -143,11 +143,11 @@ class RafmGroup(click.Group):
     cache directory it can write (rafmcli.jit)."""
 
     def __call__(self, *args, **kwargs):
-        """The process's entry point (the ``rafm`` script, ``python -m rafmcli``); the
-        process ends when it returns (click exits). Every object left is then moved
-        out of the collector's reach (gc.freeze): the interpreter's collections while
-        it shuts down would otherwise walk numba's hundreds of thousands of objects,
-        0.1-0.3 s of every command. Tests call :meth:`main` and are not affected."""
+        """The process's command (:mod:`rafmcli.entry` calls it for the ``rafm`` script and
+        ``python -m rafmcli``); the process ends when it returns (click exits). Every object
+        left is then moved out of the collector's reach (gc.freeze): the interpreter's
+        collections while it shuts down would otherwise walk numba's hundreds of thousands
+        of objects, 0.1-0.3 s of every command. Tests call :meth:`main` and are not affected."""
         import gc
 
         try:

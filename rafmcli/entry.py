@@ -1,6 +1,6 @@
-"""The ``rafm`` process (the console script and ``python -m rafmcli``): signals are the
-process's from its first moment to its last (:func:`rafmcli.signals.for_the_process`),
-then the command group runs; it imports click and every command, so it comes second."""
+"""The ``rafm`` process (the console script and ``python -m rafmcli``): its signal handler
+first (:func:`rafmcli.signals.for_the_process`), then the command group, which imports
+click and every command."""
 
 from rafmcli import signals
 

@@ -9,9 +9,10 @@ signal to its end, and so do numba's steps that Python must not leave half done
 (:func:`hold_through`). Python drops an exception raised where no caller can
 catch it (a ``__del__``, a weakref or ctypes callback): a signal whose
 Terminated was dropped is sent again a moment later (:func:`handled`). Signals
-ignored when rafm starts (``nohup``) stay ignored. Outside a command, the ``rafm``
-process's own handler ends it at once, or ignores the signal once the command has
-ended well (:func:`for_the_process`).
+ignored when rafm starts (``nohup``) stay ignored. Once a command has put its
+outputs in place (:func:`committed`), "128 + N: nothing written" can no longer hold:
+signals are ignored from then on, to the process's end. Before a command starts,
+the ``rafm`` process's own handler ends it at once (:func:`for_the_process`).
 
 This module imports no more than the standard library's signal support, so that the
 process can install its handler before it imports click and the commands.
@@ -34,15 +35,15 @@ class _State:
     unwinding = False   # Terminated raised, or the block ending: the handler ignores signals
     dropped = None      # a signal whose Terminated Python dropped (handled() sends it again)
     resend = ()         # the timers sending it
-    finished = False    # the last command ended well: the process's handler ignores signals (not saved)
+    committed = False   # the command's outputs are in place: the handler ignores signals
 
 
 def _saved():
-    return _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend
+    return _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed
 
 
 def _restore(saved):
-    _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend = saved
+    _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed = saved
 
 
 def _terminate(signum):
@@ -53,7 +54,7 @@ def _terminate(signum):
 
 
 def _handler(signum, frame):
-    if _State.unwinding:
+    if _State.unwinding or _State.committed:
         return
     if _State.held:
         _State.pending = _State.pending or signum
@@ -62,18 +63,18 @@ def _handler(signum, frame):
 
 
 def _outside(signum, frame):
-    if not _State.finished:
-        os._exit(128 + signum)
+    os._exit(128 + signum)
 
 
 def for_the_process():
-    """Install the ``rafm`` process's handler, for the times no command runs: before one
-    has started (Python imports click, the commands and numba), a signal ends the
-    process at once with 128 + N, as nothing is written yet; after the command (a block
-    of :func:`handled`, which puts this handler back) it does the same if the command
-    failed, and is ignored if the command ended well: its outputs are in place, and the
-    status stays 0 (the interpreter's shutdown took 50 ms, where SIGTERM's default action
-    left the outputs with status 143). Ignored signals stay ignored."""
+    """Install the ``rafm`` process's handler for the times no command runs, from its own
+    first lines (Python's start before them, about 0.07 s, is Python's): before a command
+    starts (rafm imports click and its commands), and after one that wrote nothing, a
+    signal ends the process at once with 128 + N, nothing written. After a command that
+    put its outputs in place, :func:`handled` leaves the signals ignored instead: SIG_IGN
+    outlasts the interpreter's shutdown (about 50 ms, where SIGTERM's default action gave
+    143 with the outputs in place), which resets Python-level handlers to the default.
+    Ignored signals stay ignored."""
     for s in HANDLED:
         if signal.getsignal(s) != signal.SIG_IGN:
             signal.signal(s, _outside)
@@ -92,8 +93,8 @@ def handled():
     hook before. (Lost, the signal also left the handler believing the command was
     unwinding, and every later one was ignored.) A signal dropped as the block ends
     is raised there. Nested, an inner block leaves the outer's state as it found it.
-    A block that ends well (or with SystemExit 0) marks the command finished for
-    :func:`for_the_process`'s handler; one that ends otherwise clears the mark.
+    After :func:`committed` signals are ignored in the block, and where the block found
+    :func:`for_the_process`'s handler it leaves them ignored.
     """
     from rafmcli.errors import Terminated
 
@@ -118,27 +119,28 @@ def handled():
             _State.unwinding = False
 
     sys.unraisablehook = resend_dropped
-    _restore((0, None, False, None, ()))
-    _State.finished = False
+    _restore((0, None, False, None, (), False))
     try:
         yield
-    except SystemExit as exc:
-        _State.unwinding = _State.finished = exc.code in (None, 0)
-        raise
-    else:
-        _State.unwinding = _State.finished = True
     finally:
         _State.unwinding = True  # a signal from here on (or a timer's) is ignored
         for timer in _State.resend:
             timer.cancel()
             timer.join()  # a signal it sent has met the handler once this returns
         sys.unraisablehook = previous_hook
+        committed_here = _State.committed
         for s, h in previous.items():
-            signal.signal(s, h)
-        dropped = _State.dropped
+            signal.signal(s, signal.SIG_IGN if committed_here and h is _outside else h)
+        dropped = None if committed_here else _State.dropped
         _restore(outer)
         if dropped is not None:
             _terminate(dropped)
+
+
+def committed():
+    """The command's outputs are in place (io.output.Outputs.commit, under :func:`held`): a
+    signal held until now, or arriving later, is ignored; the command ends as it would."""
+    _State.committed, _State.pending = True, None
 
 
 @contextmanager

@@ -438,7 +438,7 @@ def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, 
 
 
 SIGNAL_OUTSIDE_THE_COMMAND = """
-import gc, os, signal, sys, time
+import atexit, os, signal, sys, time
 signum, when = int(sys.argv[1]), sys.argv[2]
 
 class WhileImportingClick:  # the rafm process imports click and its commands first
@@ -448,13 +448,20 @@ class WhileImportingClick:  # the rafm process imports click and its commands fi
         return None
 
 sys.meta_path.insert(0, WhileImportingClick())
-freeze = gc.freeze
-def signal_then_freeze():  # the last thing the command group does, its command done
-    if when == "after":
+replace = os.replace
+def replace_then_signal(src, dst):  # the outputs are renamed into place under signals.held()
+    replace(src, dst)
+    if when == "renamed" and str(dst).endswith("m.rafm"):  # not the input cache's files
+        os.kill(os.getpid(), signum)
+os.replace = replace_then_signal
+
+def at_exit():  # the interpreter's shutdown (run last of the atexit functions)
+    if when == "exiting":
+        print(signal.getsignal(signum).name if signal.getsignal(signum) == signal.SIG_IGN else "a handler")
+        sys.stdout.flush()
         os.kill(os.getpid(), signum)
         time.sleep(0.05)
-    freeze()
-gc.freeze = signal_then_freeze
+atexit.register(at_exit)
 sys.argv = ["rafm", *sys.argv[3:]]
 from rafmcli.entry import run
 run()
@@ -475,20 +482,24 @@ def test_a_signal_before_the_command_starts_ends_the_process_quietly(tmp_path, s
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("when", ["renamed", "exiting"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_after_the_command_ended_well_leaves_its_outputs_and_status(tmp_path, sample, signum):
-    """Once the command has written its outputs, rafm(1)'s "128 + N: nothing written" cannot
-    hold: a signal while the process exits is ignored (SIGTERM's default action gave 143
-    with the model in place)."""
-    result = outside_the_command(signum, "after", train_args(sample, save_model=tmp_path / "m.rafm"))
+def test_a_signal_once_the_outputs_are_in_place_is_ignored(tmp_path, sample, signum, when):
+    """Once the outputs are in place, rafm(1)'s "128 + N: nothing written" cannot hold: a signal
+    held while they were renamed, or one while the process exits, is ignored and the status
+    stays 0. Before, both gave 128 + N with the model in place. While exiting the signal is
+    left at SIG_IGN: the interpreter's shutdown resets handlers written in Python to the
+    default action (SIGTERM killed the process there), not SIG_IGN."""
+    result = outside_the_command(signum, when, train_args(sample, save_model=tmp_path / "m.rafm"))
     assert (result.returncode, result.stderr) == (0, "")
     assert os.listdir(tmp_path) == ["m.rafm"]
+    assert result.stdout == ("SIG_IGN\n" if when == "exiting" else "")
 
 
 def test_a_signal_after_a_failed_command_ends_the_process_quietly(tmp_path):
     """Nothing was written: the signal ends the process with 128 + N after the command's one error line."""
     missing = tmp_path / "missing.libfm"
-    result = outside_the_command(signal.SIGTERM, "after", ["stats", missing])
+    result = outside_the_command(signal.SIGTERM, "exiting", ["stats", missing])
     assert result.returncode == 143
     assert result.stderr.splitlines() == [f"Error: {missing}: cannot open: No such file or directory"]
 
@@ -549,6 +560,27 @@ def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
             DroppedError(terminated)
     assert raised.value.signum == signal.SIGHUP
     assert signals._State.resend == () and signals._State.dropped is None
+
+
+def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypatch):
+    """After signals.committed() (the outputs renamed into place) neither a signal nor one
+    Python dropped earlier ends the command; the outer block's state comes back after."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+
+    def terminated():
+        signals._handler(signal.SIGHUP, None)  # raises Terminated, in a __del__
+
+    monkeypatch.setattr(signals, "RESEND_SECONDS", 60.0)  # the block ends first
+    with signals.handled():
+        with signals.handled():
+            DroppedError(terminated)
+            assert signals._State.dropped == signal.SIGHUP
+            signals.committed()
+            signals._handler(signal.SIGTERM, None)
+        assert not signals._State.committed
+        with pytest.raises(Terminated):
+            signals._handler(signal.SIGTERM, None)
 
 
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback

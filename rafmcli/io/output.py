@@ -273,6 +273,7 @@ class Outputs:
                         os.chmod(entry.tmp, mode)
                         os.replace(entry.tmp, entry.path)
                     entry.tmp = None
+                signals.committed()
         except BaseException:
             self.abort()
             raise

@@ -206,6 +206,112 @@ def test_ctrl_c_reports_the_best_so_far_and_writes_nothing(sample, tmp_path):
     assert not math.isnan(float(stdout.split("validation rmse ")[1].split()[0]))
 
 
+def children(pid):
+    """{pid: (process group, blocked signal mask, command line)} of ``pid``'s children (Linux /proc)."""
+    found = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                with open(f"/proc/{entry}/status") as fh:
+                    blocked = next(int(ln.split()[1], 16) for ln in fh if ln.startswith("SigBlk:"))
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    found[int(entry)] = (int(fields[2]), blocked, fh.read().replace(b"\0", b" ").decode())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def tune_with_workers(sample, tmp_path):
+    """A ``rafm tune`` process in a session of its own, once its two workers have started
+    (they lead process groups of their own): (process, {worker pid: ...}, the resource tracker)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rafmcli", "tune", "--task", "r", "--train",
+                             sample("regression.train"), "--trials", "12", "--iter", "200", "--early-stop", "200",
+                             "--threads", "2", "--table", str(tmp_path / "t.tsv")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = ""
+    deadline = time.time() + 120
+    while "rung 1" not in seen and time.time() < deadline:
+        seen += proc.stderr.readline()
+    deadline = time.time() + 60  # the workers' initializers have run once they lead their groups
+    while True:
+        kids = children(proc.pid)
+        workers = {pid: kid for pid, kid in kids.items() if "spawn_main" in kid[2]}
+        tracker = [kid for kid in kids.values() if "resource_tracker" in kid[2]]
+        alone = len(workers) == 2 and all(group == pid for pid, (group, _, _) in workers.items())
+        if alone or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    if not (alone and len(tracker) == 1):
+        proc.kill()
+        pytest.fail(f"not two workers in groups of their own and one tracker: {kids}")
+    return proc, workers, tracker[0]
+
+
+def running(pids):
+    """Those of ``pids`` still running (not gone, not a zombie)."""
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+    return [pid for pid in pids if state(pid) not in ("gone", "Z")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_whole_process_group_ends_tune_cleanly(sample, tmp_path, signum):
+    """A hangup, Ctrl-C or ``kill -- -PGID`` reaches every process of rafm's group. It killed the
+    workers, and one that died holding the task queue's lock left the parent's Pool.terminate
+    waiting for ever; a hangup killed multiprocessing's resource tracker too, and its
+    replacement printed tracebacks. The workers now have a group of their own and the tracker
+    keeps SIGHUP blocked: the parent stops them, 128 + N, nothing written, nothing but its own
+    lines on stderr."""
+    proc, workers, tracker = tune_with_workers(sample, tmp_path)
+    try:
+        assert tracker[1] & (1 << (signal.SIGHUP - 1))
+        os.killpg(proc.pid, signum)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr and "resource_tracker" not in stderr, stderr
+    assert "interrupted; nothing written" in stderr
+    assert os.listdir(tmp_path) == []
+    assert running(workers) == []
+
+
+WAITS_FOR_EVER = """
+import os, subprocess, sys, time
+code = ("import sys, time; from rafmcli.solvers.tune import _die_with; _die_with(int(sys.argv[1])); "
+        "print(flush=True); time.sleep(600)")
+child = subprocess.Popen([sys.executable, "-c", code, str(os.getpid())], stdout=sys.stdout)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_tune_workers_die_with_their_parent():
+    """Out of the parent's group, a worker is not killed with it, and one waiting for a task
+    (it holds the task queue's writing end too) waited for ever: _die_with ends it."""
+    parent = subprocess.Popen([sys.executable, "-c", WAITS_FOR_EVER], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    try:
+        parent.stdout.readline()  # the worker has called _die_with
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 10
+        while running([worker]) and time.time() < deadline:
+            time.sleep(0.05)
+        assert running([worker]) == []
+    finally:
+        if running([worker]):
+            os.kill(worker, signal.SIGKILL)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="os.mknod of a character device needs root")
 def test_outputs_are_one_transaction(sample, tmp_path):
     """--table, --save-model and --out are committed together: when one cannot be written (a

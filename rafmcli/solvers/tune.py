@@ -54,6 +54,8 @@ ETA = 3  # successive halving keeps the best 1/ETA of a rung
 FIRST_RUNG_SHARE = 0.1  # the first rung trains a tenth of --iter: strongly regularised models start slowly
 MCMC_FIRST_RUNG_SHARE = 0.2  # twice the burn-in: a chain's average needs some draws to be judged
 DEFAULT_TRIALS = 27  # configurations per model and bracket
+# signals sent to a whole process group (Ctrl-C, a hangup, ``kill -- -PGID``); POSIX only
+GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} if hasattr(signal, "pthread_sigmask") else set()
 
 
 @dataclass
@@ -184,9 +186,42 @@ def _load_split(folder, name, path):
                    part("counts"))
 
 
-def _init_worker(folder):
-    """A worker: one numba thread, Ctrl-C left to the parent, the data memory-mapped."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _die_with(parent):
+    """SIGKILL when the parent dies (Linux: PR_SET_PDEATHSIG), as a signal to the whole
+    group once did; elsewhere nothing. The workers hold the task queue's writing end too, so
+    without it a worker whose parent was killed would wait for a task for ever."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before
+        os._exit(1)
+
+
+def _init_worker(folder, parent):
+    """A worker: in a process group of its own, one numba thread, the data memory-mapped.
+
+    A signal sent to rafm's process group (Ctrl-C, a hangup, ``kill -- -PGID``) reaches
+    the parent alone, which stops the workers (Pool.terminate: SIGTERM). Killed by such a
+    signal, a worker waiting for a task died holding the task queue's lock, and the
+    parent's terminate waited for that lock for ever (rafm ignores signals while it
+    unwinds: only SIGKILL ended it). The worker starts with these signals blocked
+    (:meth:`Search._start_pool`): a SIGINT or SIGHUP the group got meanwhile is
+    discarded (the parent had it too), a SIGTERM ends the worker as soon as it is
+    unblocked, before it takes a task. Out of the group, it dies with the parent
+    (:func:`_die_with`).
+    """
+    if GROUP_SIGNALS:
+        for s in GROUP_SIGNALS - {signal.SIGTERM}:
+            signal.signal(s, signal.SIG_IGN)  # discards a pending one
+        os.setpgrp()
+        _die_with(parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
     import numba
 
     from rafmcli import threads
@@ -368,10 +403,30 @@ class Search:
                          small).advance(1)
 
     def _start_pool(self):
+        """The workers, started with the group's signals blocked (children inherit the mask;
+        the pool's own threads, made here, too): a Ctrl-C before a worker's initializer ran
+        printed its KeyboardInterrupt traceback. multiprocessing's resource tracker starts
+        first and keeps SIGHUP blocked (it ignores SIGINT and SIGTERM itself): a hangup
+        killed it, and its replacement printed tracebacks. The parent's own signals wait
+        (held) until the pool is made."""
         import multiprocessing
+        from multiprocessing import resource_tracker
+
+        from rafmcli import signals
 
         context = multiprocessing.get_context("spawn")
-        self.pool = context.Pool(self.s.workers, initializer=_init_worker, initargs=(self.folder,))
+        with signals.held():
+            if GROUP_SIGNALS:
+                signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+            try:
+                resource_tracker.ensure_running()  # it unblocks SIGINT and SIGTERM when it starts one
+                if GROUP_SIGNALS:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+                self.pool = context.Pool(self.s.workers, initializer=_init_worker,
+                                         initargs=(self.folder, os.getpid()))
+            finally:
+                if GROUP_SIGNALS:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
 
     def _stop_pool(self):
         if self.pool is not None:

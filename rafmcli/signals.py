@@ -36,14 +36,17 @@ class _State:
     dropped = None      # a signal whose Terminated Python dropped (handled() sends it again)
     resend = ()         # the timers sending it
     committed = False   # the command's outputs are in place: the handler ignores signals
+    inside = False      # in a handled() block (committed() means nothing outside one: the API)
 
 
 def _saved():
-    return _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed
+    return (_State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed,
+            _State.inside)
 
 
 def _restore(saved):
-    _State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed = saved
+    (_State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed,
+     _State.inside) = saved
 
 
 def _terminate(signum):
@@ -119,7 +122,7 @@ def handled():
             _State.unwinding = False
 
     sys.unraisablehook = resend_dropped
-    _restore((0, None, False, None, (), False))
+    _restore((0, None, False, None, (), False, True))
     try:
         yield
     finally:
@@ -139,8 +142,10 @@ def handled():
 
 def committed():
     """The command's outputs are in place (io.output.Outputs.commit, under :func:`held`): a
-    signal held until now, or arriving later, is ignored; the command ends as it would."""
-    _State.committed, _State.pending = True, None
+    signal held until now, or arriving later, is ignored; the command ends as it would.
+    Nothing outside a :func:`handled` block (the Python API saving a model)."""
+    if _State.inside:
+        _State.committed, _State.pending = True, None
 
 
 @contextmanager

@@ -581,6 +581,8 @@ def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypa
         assert not signals._State.committed
         with pytest.raises(Terminated):
             signals._handler(signal.SIGTERM, None)
+    signals.committed()  # outside a block (the API saving a model): nothing
+    assert not signals._State.committed
 
 
 # class 19, outputs: '-' is stdout for text, refused for a model; a closed stdout is no traceback

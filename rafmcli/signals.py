@@ -140,6 +140,13 @@ def handled():
             _terminate(dropped)
 
 
+def raise_dropped():
+    """Raise now a signal whose Terminated Python dropped and that was not raised since (its
+    resend is late): Outputs.commit calls it before it renames anything, as the signal came first."""
+    if _State.inside and _State.dropped is not None and not _State.unwinding:
+        _terminate(_State.dropped)
+
+
 def committed():
     """The command's outputs are in place (io.output.Outputs.commit, under :func:`held`): a
     signal held until now, or arriving later, is ignored; the command ends as it would.

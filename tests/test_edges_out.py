@@ -409,8 +409,9 @@ def test_a_signal_while_numba_writes_its_cache_leaves_no_temporary_file(tmp_path
 
 SIGNAL_IN_DEL = """
 import os, signal, sys
-from rafmcli import cli
+from rafmcli import cli, signals
 from rafmcli.io import reader
+signals.RESEND_SECONDS = float(sys.argv.pop(1))
 
 class Dropped:
     def __del__(self):  # Python drops what __del__ raises
@@ -427,12 +428,15 @@ cli.main()
 """
 
 
-def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, sample):
+@pytest.mark.parametrize("resend", [0.001, 600.0])
+def test_a_signal_raised_where_python_drops_it_still_ends_the_command(tmp_path, sample, resend):
     """Terminated raised in a __del__ (or a weakref or ctypes callback) is dropped by Python,
     with "Exception ignored in"; the command once trained on, exited 0 and ignored every later
-    signal. It is raised again just after: exit 143, nothing written, nothing printed."""
-    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_DEL, *train_args(sample, save_model=tmp_path / "m.rafm")],
-                            capture_output=True, text=True, env=child_env())
+    signal. It is raised again just after: exit 143, nothing written, nothing printed. A resend
+    later than the command's end (a loaded machine) is raised before the outputs are renamed."""
+    args = [str(resend), *train_args(sample, save_model=tmp_path / "m.rafm")]
+    result = subprocess.run([sys.executable, "-c", SIGNAL_IN_DEL, *args], capture_output=True, text=True,
+                            env=child_env())
     assert (result.returncode, result.stderr) == (143, "")
     assert os.listdir(tmp_path) == []
 

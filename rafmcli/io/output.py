@@ -261,6 +261,7 @@ class Outputs:
             for entry in staged:
                 with _writing(entry.path):
                     self._finish_temp(entry)
+            signals.raise_dropped()
             with signals.held():
                 for entry in staged:
                     with _writing(entry.path):

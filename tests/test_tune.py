@@ -295,8 +295,8 @@ time.sleep(600)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_tune_workers_die_with_their_parent():
-    """Out of the parent's group, a worker is not killed with it, and one waiting for a task
-    (it holds the task queue's writing end too) waited for ever: _die_with ends it."""
+    """Out of the parent's group, a worker is not killed with it and ran its task to the end:
+    _die_with ends it with the parent."""
     parent = subprocess.Popen([sys.executable, "-c", WAITS_FOR_EVER], stdout=subprocess.PIPE, text=True)
     worker = int(parent.stdout.readline())
     try:

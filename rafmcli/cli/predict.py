@@ -63,9 +63,7 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         finished = result.values
         parts.append(predict_dataset(model, data, raw=True).values if raw else finished)
         scored.append((name, data.labels, finished))
-    with Outputs() as outputs:
-        outputs.write(out, lambda fh: format_predictions(fh, parts[0] if len(parts) == 1 else np.concatenate(parts)),
-                      binary=True)
+    reports = []  # computed before the outputs are committed: after that, signals are ignored
     if metrics:
         if len(scored) > 1:
             scored.append(("all files", np.concatenate([s[1] for s in scored]),
@@ -75,7 +73,12 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         for name, labels, finished in scored:
             values = finished if implicit else evaluate(model.task, labels, finished)
             shown = " ".join(f"{k} {v:.6g}" for k, v in values.items())
-            click.echo(f"rafm: {name}: {shown} ({labels.shape[0]:,} rows)", err=True)
+            reports.append(f"rafm: {name}: {shown} ({labels.shape[0]:,} rows)")
+    with Outputs() as outputs:
+        outputs.write(out, lambda fh: format_predictions(fh, parts[0] if len(parts) == 1 else np.concatenate(parts)),
+                      binary=True)
+    for report in reports:
+        click.echo(report, err=True)
 
 
 def _implicit_metrics(model, files, datasets, group, k, seen):

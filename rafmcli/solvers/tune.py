@@ -188,8 +188,8 @@ def _load_split(folder, name, path):
 
 def _die_with(parent):
     """SIGKILL when the parent dies (Linux: PR_SET_PDEATHSIG), as a signal to the whole
-    group once did; elsewhere nothing. The workers hold the task queue's writing end too, so
-    without it a worker whose parent was killed would wait for a task for ever."""
+    group once did; elsewhere nothing. Without it a worker whose parent was killed ran the
+    task it had to its end."""
     import ctypes
     import sys
 
@@ -419,8 +419,8 @@ class Search:
             if GROUP_SIGNALS:
                 signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
             try:
-                resource_tracker.ensure_running()  # it unblocks SIGINT and SIGTERM when it starts one
-                if GROUP_SIGNALS:
+                if GROUP_SIGNALS:  # POSIX: the tracker unblocks SIGINT and SIGTERM when it starts one
+                    resource_tracker.ensure_running()
                     signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
                 self.pool = context.Pool(self.s.workers, initializer=_init_worker,
                                          initargs=(self.folder, os.getpid()))

@@ -39,14 +39,19 @@ class _State:
     inside = False      # in a handled() block (committed() means nothing outside one: the API)
 
 
+_FIELDS = ("held", "pending", "unwinding", "dropped", "resend", "committed", "inside")
+
+
 def _saved():
-    return (_State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed,
-            _State.inside)
+    return {name: getattr(_State, name) for name in _FIELDS}
 
 
 def _restore(saved):
-    (_State.held, _State.pending, _State.unwinding, _State.dropped, _State.resend, _State.committed,
-     _State.inside) = saved
+    for name, value in saved.items():
+        setattr(_State, name, value)
+
+
+_AT_START = _saved()  # the state outside any block
 
 
 def _terminate(signum):
@@ -122,7 +127,7 @@ def handled():
             _State.unwinding = False
 
     sys.unraisablehook = resend_dropped
-    _restore((0, None, False, None, (), False, True))
+    _restore({**_AT_START, "inside": True})
     try:
         yield
     finally:

@@ -31,13 +31,15 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rafmcli import metrics
+from rafmcli import metrics, signals
 from rafmcli.errors import DivergedError
 from rafmcli.options import DEFAULTS, L2_CHOICES, method_default
 
@@ -55,7 +57,7 @@ FIRST_RUNG_SHARE = 0.1  # the first rung trains a tenth of --iter: strongly regu
 MCMC_FIRST_RUNG_SHARE = 0.2  # twice the burn-in: a chain's average needs some draws to be judged
 DEFAULT_TRIALS = 27  # configurations per model and bracket
 # signals sent to a whole process group (Ctrl-C, a hangup, ``kill -- -PGID``); POSIX only
-GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} if hasattr(signal, "pthread_sigmask") else set()
+GROUP_SIGNALS = set(signals.HANDLED) if hasattr(signal, "pthread_sigmask") else set()
 
 
 @dataclass
@@ -191,7 +193,6 @@ def _die_with(parent):
     group once did; elsewhere nothing. Without it a worker whose parent was killed ran the
     task it had to its end."""
     import ctypes
-    import sys
 
     if not sys.platform.startswith("linux"):
         return
@@ -201,6 +202,17 @@ def _die_with(parent):
         return
     if os.getppid() != parent:  # it died before
         os._exit(1)
+
+
+@contextmanager
+def _group_signals_blocked():
+    """GROUP_SIGNALS blocked in this thread (and the children and threads it starts), then the mask before."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS) if GROUP_SIGNALS else None
+    try:
+        yield
+    finally:
+        if GROUP_SIGNALS:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _init_worker(folder, parent):
@@ -412,21 +424,12 @@ class Search:
         import multiprocessing
         from multiprocessing import resource_tracker
 
-        from rafmcli import signals
-
         context = multiprocessing.get_context("spawn")
-        with signals.held():
-            if GROUP_SIGNALS:
+        with signals.held(), _group_signals_blocked():
+            if GROUP_SIGNALS:  # POSIX: the tracker unblocks SIGINT and SIGTERM when it starts one
+                resource_tracker.ensure_running()
                 signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
-            try:
-                if GROUP_SIGNALS:  # POSIX: the tracker unblocks SIGINT and SIGTERM when it starts one
-                    resource_tracker.ensure_running()
-                    signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
-                self.pool = context.Pool(self.s.workers, initializer=_init_worker,
-                                         initargs=(self.folder, os.getpid()))
-            finally:
-                if GROUP_SIGNALS:
-                    signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
+            self.pool = context.Pool(self.s.workers, initializer=_init_worker, initargs=(self.folder, os.getpid()))
 
     def _stop_pool(self):
         if self.pool is not None:

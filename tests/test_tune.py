@@ -223,13 +223,15 @@ def children(pid):
     return found
 
 
-def tune_with_workers(sample, tmp_path):
-    """A ``rafm tune`` process in a session of its own, once its two workers have started
-    (they lead process groups of their own): (process, {worker pid: ...}, the resource tracker)."""
+def tune_with_workers(sample, tmp_path, session=True):
+    """A ``rafm tune`` process in a session of its own (or, not ``session``, a process group of
+    its own in this session: a job a shell could stop), once its two workers have started (they
+    lead process groups of their own): (process, {worker pid: ...}, the resource tracker)."""
+    where = {"start_new_session": True} if session else {"preexec_fn": os.setpgrp}
     proc = subprocess.Popen([sys.executable, "-m", "rafmcli", "tune", "--task", "r", "--train",
                              sample("regression.train"), "--trials", "12", "--iter", "200", "--early-stop", "200",
                              "--threads", "2", "--table", str(tmp_path / "t.tsv")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **where)
     seen = ""
     deadline = time.time() + 120
     while "rung 1" not in seen and time.time() < deadline:
@@ -249,15 +251,26 @@ def tune_with_workers(sample, tmp_path):
     return proc, workers, tracker[0]
 
 
+def state(pid):
+    """A process's state letter (R, S, T stopped, Z zombie...), or "gone" (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
 def running(pids):
     """Those of ``pids`` still running (not gone, not a zombie)."""
-    def state(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                return fh.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return "gone"
     return [pid for pid in pids if state(pid) not in ("gone", "Z")]
+
+
+def wait_for(condition, seconds=30):
+    """Poll ``condition()`` until it is true or ``seconds`` pass; its last value."""
+    deadline = time.time() + seconds
+    while not condition() and time.time() < deadline:
+        time.sleep(0.05)
+    return condition()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
@@ -283,9 +296,51 @@ def test_a_signal_to_the_whole_process_group_ends_tune_cleanly(sample, tmp_path,
     assert running(workers) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_worker_that_dies_ends_tune_with_one_line(sample, tmp_path):
+    """A worker killed during its trial (the out-of-memory killer) was replaced silently by
+    multiprocessing.Pool, and the parent waited for its lost task for ever. Now tune says
+    which worker died and how, exit 1, nothing written, and stops the other worker."""
+    proc, workers, _ = tune_with_workers(sample, tmp_path)
+    victim = min(workers)
+    try:
+        os.kill(victim, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    assert f"Error: worker process {victim} was killed by SIGKILL (out of memory?) before it finished its trial; " \
+           "nothing written" in stderr
+    assert "Traceback" not in stderr
+    assert os.listdir(tmp_path) == []
+    assert running(workers) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_ctrl_z_stops_the_workers_with_tune_and_continues_them(sample, tmp_path):
+    """Ctrl-Z (SIGTSTP to the job's process group) reached the parent alone, as the workers
+    lead groups of their own: they went on training. Now they stop with it and go on when it
+    is continued (``fg``, ``bg``: SIGCONT)."""
+    proc, workers, _ = tune_with_workers(sample, tmp_path, session=False)
+    try:
+        os.killpg(proc.pid, signal.SIGTSTP)
+        assert wait_for(lambda: [state(pid) for pid in [proc.pid, *workers]] == ["T"] * 3), \
+            [state(pid) for pid in [proc.pid, *workers]]
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert wait_for(lambda: all(state(pid) in "RSD" for pid in [proc.pid, *workers])), \
+            [state(pid) for pid in [proc.pid, *workers]]
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "interrupted; nothing written" in stderr and "Traceback" not in stderr
+    assert running(workers) == []
+
+
 WAITS_FOR_EVER = """
 import os, subprocess, sys, time
-code = ("import sys, time; from rafmcli.solvers.tune import _die_with; _die_with(int(sys.argv[1])); "
+code = ("import sys, time; from rafmcli.solvers.pool import die_with; die_with(int(sys.argv[1])); "
         "print(flush=True); time.sleep(600)")
 child = subprocess.Popen([sys.executable, "-c", code, str(os.getpid())], stdout=sys.stdout)
 print(child.pid, flush=True)
@@ -296,11 +351,11 @@ time.sleep(600)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_tune_workers_die_with_their_parent():
     """Out of the parent's group, a worker is not killed with it and ran its task to the end:
-    _die_with ends it with the parent."""
+    die_with ends it with the parent."""
     parent = subprocess.Popen([sys.executable, "-c", WAITS_FOR_EVER], stdout=subprocess.PIPE, text=True)
     worker = int(parent.stdout.readline())
     try:
-        parent.stdout.readline()  # the worker has called _die_with
+        parent.stdout.readline()  # the worker has called die_with
         parent.kill()
         parent.wait()
         deadline = time.time() + 10

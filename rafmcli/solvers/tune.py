@@ -18,28 +18,25 @@ start of the chain the last rung runs); a coordinate trial is not paused
 but run again from its seed to the next rung (the same draws bit for bit,
 at most about twice the iterations of a paused one).
 
-Trials run in worker processes (one thread each); a rung's decisions are
-taken once all of its trials are in, by score then trial number, so the
-result depends on the seed only, not on how many workers there are or which
-finishes first. With a time budget and no trial count, new brackets of
-fresh configurations follow one another (starting from a later rung each
-time, as Hyperband's brackets do) until the time is up.
+Trials run in worker processes (one thread each; :mod:`rafmcli.solvers.pool`);
+a rung's decisions are taken once all of its trials are in, by score then
+trial number, so the result depends on the seed only, not on how many
+workers there are or which finishes first. With a time budget and no trial
+count, new brackets of fresh configurations follow one another (starting
+from a later rung each time, as Hyperband's brackets do) until the time is up.
 """
 
 import math
 import os
 import pickle
 import shutil
-import signal
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rafmcli import metrics, signals
+from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.options import DEFAULTS, L2_CHOICES, method_default
 
@@ -56,8 +53,6 @@ ETA = 3  # successive halving keeps the best 1/ETA of a rung
 FIRST_RUNG_SHARE = 0.1  # the first rung trains a tenth of --iter: strongly regularised models start slowly
 MCMC_FIRST_RUNG_SHARE = 0.2  # twice the burn-in: a chain's average needs some draws to be judged
 DEFAULT_TRIALS = 27  # configurations per model and bracket
-# signals sent to a whole process group (Ctrl-C, a hangup, ``kill -- -PGID``); POSIX only
-GROUP_SIGNALS = set(signals.HANDLED) if hasattr(signal, "pthread_sigmask") else set()
 
 
 @dataclass
@@ -188,52 +183,8 @@ def _load_split(folder, name, path):
                    part("counts"))
 
 
-def _die_with(parent):
-    """SIGKILL when the parent dies (Linux: PR_SET_PDEATHSIG), as a signal to the whole
-    group once did; elsewhere nothing. Without it a worker whose parent was killed ran the
-    task it had to its end."""
-    import ctypes
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # it died before
-        os._exit(1)
-
-
-@contextmanager
-def _group_signals_blocked():
-    """GROUP_SIGNALS blocked in this thread (and the children and threads it starts), then the mask before."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS) if GROUP_SIGNALS else None
-    try:
-        yield
-    finally:
-        if GROUP_SIGNALS:
-            signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-def _init_worker(folder, parent):
-    """A worker: in a process group of its own, one numba thread, the data memory-mapped.
-
-    A signal sent to rafm's process group (Ctrl-C, a hangup, ``kill -- -PGID``) reaches
-    the parent alone, which stops the workers (Pool.terminate: SIGTERM). Killed by such a
-    signal, a worker waiting for a task died holding the task queue's lock, and the
-    parent's terminate waited for that lock for ever (rafm ignores signals while it
-    unwinds: only SIGKILL ended it). The worker starts with these signals blocked
-    (:meth:`Search._start_pool`): a SIGINT or SIGHUP the group got meanwhile is
-    discarded (the parent had it too), a SIGTERM ends the worker as soon as it is
-    unblocked, before it takes a task. Out of the group, it dies with the parent
-    (:func:`_die_with`).
-    """
-    if GROUP_SIGNALS:
-        for s in GROUP_SIGNALS - {signal.SIGTERM}:
-            signal.signal(s, signal.SIG_IGN)  # discards a pending one
-        os.setpgrp()
-        _die_with(parent)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
+def _init_worker(folder):
+    """A worker (rafmcli.solvers.pool): one numba thread, the data memory-mapped."""
     import numba
 
     from rafmcli import threads
@@ -415,26 +366,13 @@ class Search:
                          small).advance(1)
 
     def _start_pool(self):
-        """The workers, started with the group's signals blocked (children inherit the mask;
-        the pool's own threads, made here, too): a Ctrl-C before a worker's initializer ran
-        printed its KeyboardInterrupt traceback. multiprocessing's resource tracker starts
-        first and keeps SIGHUP blocked (it ignores SIGINT and SIGTERM itself): a hangup
-        killed it, and its replacement printed tracebacks. The parent's own signals wait
-        (held) until the pool is made."""
-        import multiprocessing
-        from multiprocessing import resource_tracker
+        from rafmcli.solvers.pool import Workers
 
-        context = multiprocessing.get_context("spawn")
-        with signals.held(), _group_signals_blocked():
-            if GROUP_SIGNALS:  # POSIX: the tracker unblocks SIGINT and SIGTERM when it starts one
-                resource_tracker.ensure_running()
-                signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
-            self.pool = context.Pool(self.s.workers, initializer=_init_worker, initargs=(self.folder, os.getpid()))
+        self.pool = Workers(self.s.workers, _init_worker, (self.folder,), _advance)
 
     def _stop_pool(self):
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.pool.close()
             self.pool = None
 
     def _race(self, trials, rungs, bracket):
@@ -462,27 +400,19 @@ class Search:
 
     def _run_jobs(self, jobs):
         by_number = {t.number: t for t in self.trials}
-        pending = [self.pool.apply_async(_advance, (job,)) for job in jobs]
-        for handle in pending:
-            while True:
-                remaining = None
-                if self.s.budget is not None:
-                    remaining = self.s.budget - (time.perf_counter() - self.started)
-                    if remaining <= 0:
-                        raise _OutOfTime
-                try:
-                    result = handle.get(timeout=min(remaining, 0.5) if remaining is not None else 0.5)
-                    break
-                except _TIMEOUTS:
-                    continue
-            t = by_number[result["number"]]
-            self.processes.add(result["pid"])
-            t.seconds += result["seconds"]
-            t.epochs = result["epochs"]
-            t.params = result["params"]
-            t.diverged = result["diverged"]
-            t.best_epoch, t.value, t.score, t.done = (result["best_epoch"], result["value"], result["score"],
-                                                      result["done"])
+        deadline = None if self.s.budget is None else self.started + self.s.budget
+        try:
+            for result in self.pool.results(jobs, deadline):
+                t = by_number[result["number"]]
+                self.processes.add(result["pid"])
+                t.seconds += result["seconds"]
+                t.epochs = result["epochs"]
+                t.params = result["params"]
+                t.diverged = result["diverged"]
+                t.best_epoch, t.value, t.score, t.done = (result["best_epoch"], result["value"], result["score"],
+                                                          result["done"])
+        except TimeoutError:
+            raise _OutOfTime from None
 
     def best(self):
         """The trial with the best validation score so far (ties: the earlier trial), or None."""
@@ -495,15 +425,6 @@ class Search:
 
 class _OutOfTime(Exception):
     pass
-
-
-def _timeouts():
-    import multiprocessing
-
-    return (multiprocessing.TimeoutError,)
-
-
-_TIMEOUTS = _timeouts()
 
 
 def describe(trial):

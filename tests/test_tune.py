@@ -223,11 +223,23 @@ def children(pid):
     return found
 
 
-def tune_with_workers(sample, tmp_path, session=True):
+def signal_masks(pid):
+    """{"SigBlk": mask, "SigIgn": mask, ...} of a process (Linux /proc; bit N - 1 is signal N)."""
+    with open(f"/proc/{pid}/status") as fh:
+        return {ln.split(":")[0]: int(ln.split()[1], 16) for ln in fh if ln[:6] in ("SigBlk", "SigIgn", "SigCgt")}
+
+
+def tune_with_workers(sample, tmp_path, session=True, ignored=()):
     """A ``rafm tune`` process in a session of its own (or, not ``session``, a process group of
-    its own in this session: a job a shell could stop), once its two workers have started (they
-    lead process groups of their own): (process, {worker pid: ...}, the resource tracker)."""
-    where = {"start_new_session": True} if session else {"preexec_fn": os.setpgrp}
+    its own in this session: a job a shell could stop), started with the ``ignored`` signals
+    ignored, once its two workers have started (they lead process groups of their own):
+    (process, {worker pid: ...}, the resource tracker)."""
+    def start():
+        os.setsid() if session else os.setpgrp()
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
+
+    where = {"preexec_fn": start}
     proc = subprocess.Popen([sys.executable, "-m", "rafmcli", "tune", "--task", "r", "--train",
                              sample("regression.train"), "--trials", "12", "--iter", "200", "--early-stop", "200",
                              "--threads", "2", "--table", str(tmp_path / "t.tsv")],
@@ -334,6 +346,26 @@ def test_ctrl_z_stops_the_workers_with_tune_and_continues_them(sample, tmp_path)
     finally:
         proc.kill()
     assert proc.returncode == 143, stderr
+    assert "interrupted; nothing written" in stderr and "Traceback" not in stderr
+    assert running(workers) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_workers_stop_though_rafm_was_started_ignoring_sigterm(sample, tmp_path):
+    """A supervisor that starts rafm with SIGTERM ignored: the workers inherited that, the
+    parent's stop (SIGTERM) did nothing, and it waited for them for ever. Workers now give
+    SIGTERM its default action; Ctrl-C still ends tune at once with nothing left running."""
+    proc, workers, _ = tune_with_workers(sample, tmp_path, ignored=[signal.SIGTERM])
+    try:
+        term = 1 << (signal.SIGTERM - 1)
+        assert signal_masks(proc.pid)["SigIgn"] & term
+        for pid, (_, blocked, _) in workers.items():
+            assert not signal_masks(pid)["SigIgn"] & term and not blocked & term
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
     assert "interrupted; nothing written" in stderr and "Traceback" not in stderr
     assert running(workers) == []
 

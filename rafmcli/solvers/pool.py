@@ -30,6 +30,7 @@ from rafmcli import signals
 # signals sent to a whole process group (Ctrl-C, a hangup, ``kill -- -PGID``); POSIX only
 GROUP_SIGNALS = set(signals.HANDLED) if hasattr(signal, "pthread_sigmask") else set()
 STOP = getattr(signal, "SIGTSTP", None)  # the terminal's Ctrl-Z (POSIX)
+CLOSE_SECONDS = 10  # from a worker's SIGTERM to its SIGKILL
 
 
 class WorkerDied(click.ClickException):
@@ -73,29 +74,33 @@ def die_with(parent):
 
 @contextmanager
 def _group_signals_blocked():
-    """GROUP_SIGNALS blocked in this thread (and the children it starts), then the mask before."""
+    """GROUP_SIGNALS blocked in this thread (and the children it starts); yields the mask
+    before (None where there is no mask), which it restores."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS) if GROUP_SIGNALS else None
     try:
-        yield
+        yield before
     finally:
         if GROUP_SIGNALS:
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _serve(conn, parent, initializer, initargs, work):
+def _serve(conn, parent, mask, initializer, initargs, work):
     """A worker's life: leave rafm's process group, run ``initializer(*initargs)``, then
     answer each job read from ``conn`` with (True, work(job)) or (False, the exception)
     until the parent closes the pipe.
 
     It starts with GROUP_SIGNALS blocked (:class:`Workers`): a SIGINT or SIGHUP the group
-    got meanwhile is discarded (the parent had it too); a SIGTERM, the parent's stop, ends
-    the worker as soon as it is unblocked."""
+    got meanwhile is discarded (the parent had it too). SIGTERM, the parent's stop, gets its
+    default action and is unblocked whatever rafm inherited (a supervisor that ignores or
+    blocks it: the worker would never stop), so a pending one ends the worker at once; the
+    rest of the parent's ``mask`` is restored."""
     if GROUP_SIGNALS:
         for s in GROUP_SIGNALS - {signal.SIGTERM}:
             signal.signal(s, signal.SIG_IGN)  # discards a pending one
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setpgrp()
         die_with(parent)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set(mask) - {signal.SIGTERM})
     initializer(*initargs)
     while True:
         try:
@@ -125,15 +130,15 @@ class Workers:
         context = multiprocessing.get_context("spawn")
         self.processes, self.pipes = [], []
         self._previous_stop = None
-        with signals.held(), _group_signals_blocked():
+        with signals.held(), _group_signals_blocked() as mask:
             if GROUP_SIGNALS:  # POSIX: the tracker unblocks SIGINT and SIGTERM when it starts one
                 resource_tracker.ensure_running()
                 signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
             try:
                 for _ in range(n):
                     ours, theirs = context.Pipe()
-                    process = context.Process(target=_serve, args=(theirs, os.getpid(), initializer, initargs, work),
-                                              daemon=True)
+                    args = (theirs, os.getpid(), mask, initializer, initargs, work)
+                    process = context.Process(target=_serve, args=args, daemon=True)
                     process.start()
                     theirs.close()
                     self.processes.append(process)
@@ -184,19 +189,23 @@ class Workers:
                     raise WorkerDied(process.pid, process.exitcode)
 
     def close(self):
-        """Stop every worker (SIGTERM; nothing shared can block it) and wait for it."""
+        """Stop every worker and wait for it: its pipe closed (an idle one returns), SIGTERM
+        (nothing shared can block it), SIGKILL for one still there after CLOSE_SECONDS."""
         if self._previous_stop is not None:
             signal.signal(STOP, self._previous_stop)
             self._previous_stop = None
+        for pipe in self.pipes:
+            pipe.close()
         for process in self.processes:
             if process.exitcode is None:
                 process.terminate()
         if STOP is not None:
             self._signal_workers(signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
         for process in self.processes:
-            process.join()
-        for pipe in self.pipes:
-            pipe.close()
+            process.join(CLOSE_SECONDS)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
         self.processes, self.pipes = [], []
 
     def _stop(self, signum, frame):

@@ -207,59 +207,70 @@ def test_ctrl_c_reports_the_best_so_far_and_writes_nothing(sample, tmp_path):
 
 
 def children(pid):
-    """{pid: (process group, blocked signal mask, command line)} of ``pid``'s children (Linux /proc)."""
+    """{pid: command line} of ``pid``'s children (Linux /proc)."""
     found = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                with open(f"/proc/{entry}/status") as fh:
-                    blocked = next(int(ln.split()[1], 16) for ln in fh if ln.startswith("SigBlk:"))
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if parent == pid:
                 with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    found[int(entry)] = (int(fields[2]), blocked, fh.read().replace(b"\0", b" ").decode())
+                    found[int(entry)] = fh.read().replace(b"\0", b" ").decode()
         except (FileNotFoundError, ProcessLookupError):
             continue
     return found
 
 
 def signal_masks(pid):
-    """{"SigBlk": mask, "SigIgn": mask, ...} of a process (Linux /proc; bit N - 1 is signal N)."""
-    with open(f"/proc/{pid}/status") as fh:
-        return {ln.split(":")[0]: int(ln.split()[1], 16) for ln in fh if ln[:6] in ("SigBlk", "SigIgn", "SigCgt")}
+    """{"SigBlk": mask, "SigIgn": mask, "SigCgt": mask} of a process (Linux /proc; bit N - 1 is
+    signal N); {} once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return {ln.split(":")[0]: int(ln.split()[1], 16) for ln in fh if ln[:6] in ("SigBlk", "SigIgn", "SigCgt")}
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+
+
+def bits(*signums):
+    return sum(1 << (s - 1) for s in signums)
+
+
+GROUP = bits(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def tune_with_workers(sample, tmp_path, session=True, ignored=()):
     """A ``rafm tune`` process in a session of its own (or, not ``session``, a process group of
     its own in this session: a job a shell could stop), started with the ``ignored`` signals
-    ignored, once its two workers have started (they lead process groups of their own):
-    (process, {worker pid: ...}, the resource tracker)."""
+    ignored, once its two workers have started (they ignore SIGINT, SIGTERM and SIGHUP, and
+    have none of them blocked): (process, [worker pids], the resource tracker's pid)."""
     def start():
         os.setsid() if session else os.setpgrp()
         for signum in ignored:
             signal.signal(signum, signal.SIG_IGN)
 
-    where = {"preexec_fn": start}
     proc = subprocess.Popen([sys.executable, "-m", "rafmcli", "tune", "--task", "r", "--train",
                              sample("regression.train"), "--trials", "12", "--iter", "200", "--early-stop", "200",
                              "--threads", "2", "--table", str(tmp_path / "t.tsv")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **where)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=start)
     seen = ""
     deadline = time.time() + 120
     while "rung 1" not in seen and time.time() < deadline:
         seen += proc.stderr.readline()
-    deadline = time.time() + 60  # the workers' initializers have run once they lead their groups
-    while True:
+
+    def started():
         kids = children(proc.pid)
-        workers = {pid: kid for pid, kid in kids.items() if "spawn_main" in kid[2]}
-        tracker = [kid for kid in kids.values() if "resource_tracker" in kid[2]]
-        alone = len(workers) == 2 and all(group == pid for pid, (group, _, _) in workers.items())
-        if alone or time.time() > deadline:
-            break
-        time.sleep(0.05)
-    if not (alone and len(tracker) == 1):
+        workers = [pid for pid, line in kids.items() if "spawn_main" in line]
+        masks = [signal_masks(pid) for pid in workers]
+        ready = len(workers) == 2 and all(m and m["SigIgn"] & GROUP == GROUP and not m["SigBlk"] & GROUP
+                                          for m in masks)
+        return ready, kids, workers
+
+    wait_for(lambda: started()[0], 60)
+    ready, kids, workers = started()
+    tracker = [pid for pid, line in kids.items() if "resource_tracker" in line]
+    if not (ready and len(tracker) == 1):
         proc.kill()
-        pytest.fail(f"not two workers in groups of their own and one tracker: {kids}")
+        pytest.fail(f"not two workers ignoring the group's signals and one tracker: {kids}")
     return proc, workers, tracker[0]
 
 
@@ -288,15 +299,15 @@ def wait_for(condition, seconds=30):
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_whole_process_group_ends_tune_cleanly(sample, tmp_path, signum):
-    """A hangup, Ctrl-C or ``kill -- -PGID`` reaches every process of rafm's group. It killed the
-    workers, and one that died holding the task queue's lock left the parent's Pool.terminate
-    waiting for ever; a hangup killed multiprocessing's resource tracker too, and its
-    replacement printed tracebacks. The workers now have a group of their own and the tracker
-    keeps SIGHUP blocked: the parent stops them, 128 + N, nothing written, nothing but its own
-    lines on stderr."""
+    """A hangup, Ctrl-C or ``kill -- -PGID`` reaches every process of rafm's group. It killed
+    multiprocessing.Pool's workers, and one that died holding the task queue's lock left the
+    parent's Pool.terminate waiting for ever; a hangup killed multiprocessing's resource tracker
+    too, and its replacement printed tracebacks. The workers now ignore these signals (the
+    parent stops them) and the tracker keeps SIGHUP blocked: 128 + N, nothing written, nothing
+    but rafm's own lines on stderr, no worker left."""
     proc, workers, tracker = tune_with_workers(sample, tmp_path)
     try:
-        assert tracker[1] & (1 << (signal.SIGHUP - 1))
+        assert signal_masks(tracker)["SigBlk"] & bits(signal.SIGHUP)
         os.killpg(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -330,9 +341,9 @@ def test_a_worker_that_dies_ends_tune_with_one_line(sample, tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 def test_ctrl_z_stops_the_workers_with_tune_and_continues_them(sample, tmp_path):
-    """Ctrl-Z (SIGTSTP to the job's process group) reached the parent alone, as the workers
-    lead groups of their own: they went on training. Now they stop with it and go on when it
-    is continued (``fg``, ``bg``: SIGCONT)."""
+    """Ctrl-Z (SIGTSTP to the job's process group) reached the parent alone while the workers
+    led groups of their own: they went on training. In rafm's group they stop with it and go
+    on when it is continued (``fg``, ``bg``: SIGCONT), all in the kernel."""
     proc, workers, _ = tune_with_workers(sample, tmp_path, session=False)
     try:
         os.killpg(proc.pid, signal.SIGTSTP)
@@ -352,15 +363,12 @@ def test_ctrl_z_stops_the_workers_with_tune_and_continues_them(sample, tmp_path)
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 def test_workers_stop_though_rafm_was_started_ignoring_sigterm(sample, tmp_path):
-    """A supervisor that starts rafm with SIGTERM ignored: the workers inherited that, the
-    parent's stop (SIGTERM) did nothing, and it waited for them for ever. Workers now give
-    SIGTERM its default action; Ctrl-C still ends tune at once with nothing left running."""
+    """A supervisor that starts rafm with SIGTERM ignored: spawned workers inherit that, and a
+    stop by SIGTERM did nothing (the parent waited for them for ever). They are stopped with
+    SIGKILL: Ctrl-C ends tune at once with nothing left running."""
     proc, workers, _ = tune_with_workers(sample, tmp_path, ignored=[signal.SIGTERM])
     try:
-        term = 1 << (signal.SIGTERM - 1)
-        assert signal_masks(proc.pid)["SigIgn"] & term
-        for pid, (_, blocked, _) in workers.items():
-            assert not signal_masks(pid)["SigIgn"] & term and not blocked & term
+        assert signal_masks(proc.pid)["SigIgn"] & bits(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -34,12 +34,13 @@ class _State:
     pending = None      # a signal that arrived while held
     unwinding = False   # Terminated raised, or the block ending: the handler ignores signals
     dropped = None      # a signal whose Terminated Python dropped (handled() sends it again)
+    raised = None       # the last signal whose Terminated the handler raised
     resend = ()         # the timers sending it
     committed = False   # the command's outputs are in place: the handler ignores signals
     inside = False      # in a handled() block (committed() means nothing outside one: the API)
 
 
-_FIELDS = ("held", "pending", "unwinding", "dropped", "resend", "committed", "inside")
+_FIELDS = ("held", "pending", "unwinding", "dropped", "raised", "resend", "committed", "inside")
 
 
 def _saved():
@@ -57,7 +58,7 @@ _AT_START = _saved()  # the state outside any block
 def _terminate(signum):
     from rafmcli.errors import Terminated
 
-    _State.unwinding, _State.dropped = True, None
+    _State.unwinding, _State.dropped, _State.raised = True, None, signum
     raise Terminated(signum)
 
 
@@ -100,7 +101,9 @@ def handled():
     whatever code runs then, again if that drops it too; other exceptions go to the
     hook before. (Lost, the signal also left the handler believing the command was
     unwinding, and every later one was ignored.) A signal dropped as the block ends
-    is raised there. Nested, an inner block leaves the outer's state as it found it.
+    is raised there, and so is one whose Terminated was swallowed (C code that clears
+    whatever a Python callback raised: the handler raised, yet the command went on to
+    its end). Nested, an inner block leaves the outer's state as it found it.
     After :func:`committed` signals are ignored in the block, and where the block found
     :func:`for_the_process`'s handler it leaves them ignored.
     """
@@ -128,8 +131,10 @@ def handled():
 
     sys.unraisablehook = resend_dropped
     _restore({**_AT_START, "inside": True})
+    swallowed = None
     try:
         yield
+        swallowed = _swallowed()
     finally:
         _State.unwinding = True  # a signal from here on (or a timer's) is ignored
         for timer in _State.resend:
@@ -139,17 +144,31 @@ def handled():
         committed_here = _State.committed
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if committed_here and h is _outside else h)
-        dropped = None if committed_here else _State.dropped
+        dropped = None if committed_here else _State.dropped or swallowed
         _restore(outer)
         if dropped is not None:
             _terminate(dropped)
 
 
+def _swallowed():
+    """The signal whose Terminated the handler raised and something swallowed, or None: the
+    handler raised (unwinding, not since dropped: that resets it), yet the command goes on.
+    Seen about once in 200 Ctrl-Cs while ``rafm tune`` imported its kernels: CPython clears
+    the exception of a Python callback in places (``PyObject_HasAttr``, ``PyDict_GetItem``)."""
+    if _State.inside and _State.unwinding and not _State.committed:
+        return _State.raised
+    return None
+
+
 def raise_dropped():
-    """Raise now a signal whose Terminated Python dropped and that was not raised since (its
-    resend is late): Outputs.commit calls it before it renames anything, as the signal came first."""
+    """Raise now a signal whose Terminated was lost: dropped by Python and not raised since
+    (its resend is late), or swallowed (:func:`_swallowed`). Outputs.commit calls it before
+    it renames anything, as the signal came first."""
     if _State.inside and _State.dropped is not None and not _State.unwinding:
         _terminate(_State.dropped)
+    lost = _swallowed()
+    if lost is not None:
+        _terminate(lost)
 
 
 def committed():

@@ -131,17 +131,18 @@ def readme_commands():
 SHELL_SYNTAX = re.compile(r"[|<>;&$`]")
 
 
-def run_in_samples_dir(tmp_path, commands):
-    """Run each command in ``tmp_path`` (data_samples linked there). A plain ``rafm ...`` line
-    runs in this process (click's runner: the same command without a Python start and numba's
-    import, a second each); a pipeline runs in bash, through the installed ``rafm`` script."""
+def run_in_samples_dir(tmp_path, commands, in_process=True):
+    """Run each command in ``tmp_path`` (data_samples linked there). With ``in_process``, a
+    plain ``rafm ...`` line runs in this process (click's runner: the same command without a
+    Python start and numba's import, a second each); the others, and all without it, run in
+    bash through the installed ``rafm`` script, its start, exit and lean numba included."""
     os.symlink(os.path.join(ROOT, "data_samples"), tmp_path / "data_samples")
     here = os.getcwd()
     os.chdir(tmp_path)
     try:
         for command in commands:
             words = shlex.split(command)
-            if words[0] == "rafm" and not SHELL_SYNTAX.search(command):
+            if in_process and words[0] == "rafm" and not SHELL_SYNTAX.search(command):
                 result = CliRunner().invoke(main, words[1:])
                 assert result.exit_code == 0, (command, result.output[-2000:], result.exception)
                 continue
@@ -159,10 +160,11 @@ def test_examples_run(tmp_path, page):
 
 
 def test_readme_commands_run(tmp_path):
+    """README's commands, the first a user types, as a user runs them: each a process."""
     commands = readme_commands()
     assert any(c.startswith("rafm train") for c in commands)
     assert any("pytest" in c for c in commands)
-    run_in_samples_dir(tmp_path, [c for c in commands if "pytest" not in c])
+    run_in_samples_dir(tmp_path, [c for c in commands if "pytest" not in c], in_process=False)
     assert (tmp_path / "predictions.txt").exists() and (tmp_path / "train-log.tsv").exists()
 
 

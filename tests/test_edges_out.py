@@ -566,6 +566,51 @@ def test_a_signal_dropped_as_the_command_ends_is_raised_there(monkeypatch):
     assert signals._State.resend == () and signals._State.dropped is None
 
 
+def _swallowed_by_c(signum):
+    """The handler run as CPython runs a Python callback whose exception it clears:
+    PyObject_HasAttr on an object whose __getattr__ meets the signal (0: what it raised
+    was cleared; 1: it raised nothing)."""
+    import ctypes
+
+    from rafmcli import signals
+
+    class MeetsTheSignal:
+        def __getattr__(self, name):
+            signals._handler(signum, None)
+
+    has_attr = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object)(("PyObject_HasAttr",
+                                                                                     ctypes.pythonapi))
+    return has_attr(MeetsTheSignal(), "anything")
+
+
+def test_a_signal_whose_terminated_was_swallowed_ends_the_command(tmp_path):
+    """C code that clears what a Python callback raised swallowed a Terminated: the handler had
+    raised, so later signals were ignored, and the command went on to write its outputs and exit 0
+    (a review's Ctrl-C while `rafm tune` imported its kernels, 2 runs in 468). The signal is
+    raised again before anything is renamed into place, and at the command's end."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+    from rafmcli.io.output import Outputs
+
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            assert _swallowed_by_c(signal.SIGINT) == 0
+            signals._handler(signal.SIGTERM, None)  # ignored: the first is being handled
+    assert raised.value.signum == signal.SIGINT
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            with Outputs() as outputs:
+                outputs.write(str(tmp_path / "model"), lambda fh: fh.write("weights"))
+                assert _swallowed_by_c(signal.SIGHUP) == 0
+    assert raised.value.signum == signal.SIGHUP
+    assert os.listdir(tmp_path) == []
+    with signals.handled():  # after a commit the outputs stand, as for any signal then
+        with Outputs() as outputs:
+            outputs.write(str(tmp_path / "model"), lambda fh: fh.write("weights"))
+        assert _swallowed_by_c(signal.SIGHUP) == 1  # ignored: nothing raised
+    assert os.listdir(tmp_path) == ["model"]
+
+
 def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypatch):
     """After signals.committed() (the outputs renamed into place) neither a signal nor one
     Python dropped earlier ends the command; the outer block's state comes back after."""
@@ -576,15 +621,17 @@ def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypa
         signals._handler(signal.SIGHUP, None)  # raises Terminated, in a __del__
 
     monkeypatch.setattr(signals, "RESEND_SECONDS", 60.0)  # the block ends first
-    with signals.handled():
+    with pytest.raises(Terminated) as again:  # caught below, the outer's signal is raised again at its end
         with signals.handled():
-            DroppedError(terminated)
-            assert signals._State.dropped == signal.SIGHUP
-            signals.committed()
-            signals._handler(signal.SIGTERM, None)
-        assert not signals._State.committed
-        with pytest.raises(Terminated):
-            signals._handler(signal.SIGTERM, None)
+            with signals.handled():
+                DroppedError(terminated)
+                assert signals._State.dropped == signal.SIGHUP
+                signals.committed()
+                signals._handler(signal.SIGTERM, None)
+            assert not signals._State.committed
+            with pytest.raises(Terminated):
+                signals._handler(signal.SIGTERM, None)
+    assert again.value.signum == signal.SIGTERM
     signals.committed()  # outside a block (the API saving a model): nothing
     assert not signals._State.committed
 

@@ -3,6 +3,7 @@
 import multiprocessing
 import pickle
 import threading
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -31,6 +32,27 @@ def test_a_jobs_exception_is_raised_with_the_workers_traceback():
         assert "Traceback" in str(raised.value.__cause__)
     finally:
         workers.close()
+
+
+def test_after_an_exception_the_workers_are_stopped_not_reused():
+    """A worker still busy when another's job raised answered a later call's job with its old
+    answer: the workers are stopped instead, and a later call says so."""
+    workers = pool.Workers(2, int, (), eval)
+    try:
+        with pytest.raises(ZeroDivisionError):
+            list(workers.results(["__import__('time').sleep(0.5) or 'slow'", "1/0"]))
+        assert multiprocessing.active_children() == []
+        with pytest.raises(RuntimeError, match="stopped"):
+            list(workers.results(["'fresh'"]))
+    finally:
+        workers.close()
+
+
+def test_a_deadline_passed_stops_the_workers():
+    workers = pool.Workers(1, int, (), abs)
+    with pytest.raises(TimeoutError):
+        list(workers.results([-1], deadline=time.perf_counter() - 1))
+    assert multiprocessing.active_children() == []
 
 
 def test_workers_run_from_a_thread_other_than_the_main_one():

@@ -59,8 +59,10 @@ class RemoteTraceback(Exception):
 
 
 def die_with(parent):
-    """SIGKILL when the parent dies (Linux: PR_SET_PDEATHSIG); elsewhere nothing. Without
-    it a worker whose parent was killed ran the task it had to its end."""
+    """SIGKILL when the parent's thread that started this process ends, with the parent or
+    not (Linux: PR_SET_PDEATHSIG), so :class:`Workers` must be used and closed by the thread
+    that made it; elsewhere nothing. Without it a worker whose parent was killed ran the
+    task it had to its end."""
     import ctypes
 
     if not sys.platform.startswith("linux"):
@@ -112,13 +114,16 @@ def _serve(conn, parent, mask, initializer, initargs, work):
     while True:
         try:
             job = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the parent closed the pipe, or is gone
             return
         try:
             reply = (True, work(job))
         except Exception as exc:  # the parent raises it (MemoryError: one line, exit 2)
             reply = (False, (_portable(exc), traceback.format_exc()))
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (where it does not take the worker with it)
+            return
 
 
 class Workers:
@@ -156,13 +161,27 @@ class Workers:
     def results(self, jobs, deadline=None):
         """Yield ``work(job)`` for each job as the workers finish them (in any order).
         Raises the job's exception, :class:`WorkerDied`, or TimeoutError once
-        ``time.perf_counter()`` passes ``deadline``."""
+        ``time.perf_counter()`` passes ``deadline``; then, or if the caller stops early,
+        the workers are stopped (an answer still to come could not be told from the
+        answer to a later job)."""
+        try:
+            yield from self._results(jobs, deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    def _results(self, jobs, deadline):
         import time
 
+        if jobs and not self.processes:
+            raise RuntimeError("the workers were stopped")
         waiting = list(reversed(jobs))
         busy = {}  # pipe -> its process
         idle = list(zip(self.pipes, self.processes))
         while waiting or busy:
+            timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            if timeout == 0.0:
+                raise TimeoutError
             while waiting and idle:
                 pipe, process = idle.pop()
                 try:
@@ -171,7 +190,6 @@ class Workers:
                     process.join()
                     raise WorkerDied(process.pid, process.exitcode, busy=False) from None
                 busy[pipe] = process
-            timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
             ready = connection.wait(list(busy) + [p.sentinel for p in busy.values()], timeout)
             if not ready:
                 raise TimeoutError

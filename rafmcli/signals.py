@@ -103,7 +103,7 @@ def handled():
     unwinding, and every later one was ignored.) A signal dropped as the block ends
     is raised there, and so is one whose Terminated was swallowed (C code that clears
     whatever a Python callback raised: the handler raised, yet the command went on to
-    its end). Nested, an inner block leaves the outer's state as it found it.
+    its end, click's SystemExit included). Nested, an inner block leaves the outer's state as it found it.
     After :func:`committed` signals are ignored in the block, and where the block found
     :func:`for_the_process`'s handler it leaves them ignored.
     """
@@ -135,6 +135,10 @@ def handled():
     try:
         yield
         swallowed = _swallowed()
+    except SystemExit:  # click ends every command so, the ones that went well too
+        swallowed = _swallowed()
+        if swallowed is None:
+            raise
     finally:
         _State.unwinding = True  # a signal from here on (or a timer's) is ignored
         for timer in _State.resend:
@@ -146,8 +150,8 @@ def handled():
             signal.signal(s, signal.SIG_IGN if committed_here and h is _outside else h)
         dropped = None if committed_here else _State.dropped or swallowed
         _restore(outer)
-        if dropped is not None:
-            _terminate(dropped)
+        if dropped is not None:  # the outer block's state stays as it was (not unwinding)
+            raise Terminated(dropped)
 
 
 def _swallowed():

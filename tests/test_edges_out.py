@@ -611,6 +611,38 @@ def test_a_signal_whose_terminated_was_swallowed_ends_the_command(tmp_path):
     assert os.listdir(tmp_path) == ["model"]
 
 
+def test_a_swallowed_signal_outlasts_click_s_exit_and_a_nested_block(capsys):
+    """click ends every command with SystemExit, the ones that went well too: the end of the block
+    saw an exception and skipped its check. Nothing goes to a stream output either (it is written
+    at the commit, before the renames). An inner block's swallowed signal, raised at its end, leaves
+    the outer block handling signals."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+    from rafmcli.io.output import Outputs
+
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            with Outputs() as outputs:
+                outputs.write("-", lambda fh: fh.write("predictions\n"))
+                assert _swallowed_by_c(signal.SIGTERM) == 0
+    assert raised.value.signum == signal.SIGTERM and capsys.readouterr().out == ""
+    with pytest.raises(Terminated):
+        with signals.handled():
+            assert _swallowed_by_c(signal.SIGINT) == 0
+            sys.exit(0)
+    with pytest.raises(SystemExit):  # nothing swallowed: click's exit as it was
+        with signals.handled():
+            sys.exit(0)
+    with signals.handled():
+        with pytest.raises(Terminated):
+            with signals.handled():
+                assert _swallowed_by_c(signal.SIGINT) == 0
+        assert not signals._State.unwinding
+        with pytest.raises(Terminated):
+            signals._handler(signal.SIGTERM, None)
+        signals._State.unwinding = False  # the test caught it: not a swallowed one
+
+
 def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypatch):
     """After signals.committed() (the outputs renamed into place) neither a signal nor one
     Python dropped earlier ends the command; the outer block's state comes back after."""

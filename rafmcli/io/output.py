@@ -246,8 +246,10 @@ class Outputs:
             entry.writer = writer
 
     def commit(self):
-        """Write the stream targets, then rename every staged file into place."""
+        """Write the stream targets, then rename every staged file into place. A signal whose
+        Terminated was lost is raised first, and again before the renames (signals.raise_dropped)."""
         try:
+            signals.raise_dropped()
             for entry in self._entries:
                 if entry.kind == _REPLACE:
                     continue

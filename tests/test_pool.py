@@ -55,6 +55,23 @@ def test_a_deadline_passed_stops_the_workers():
     assert multiprocessing.active_children() == []
 
 
+def test_closing_stops_a_busy_worker_though_it_ignores_sigterm():
+    """Workers ignore SIGTERM (a signal to rafm's group is the parent's to act on): stopped by
+    it, a busy one would run its job to the end. SIGKILL stops it now."""
+    workers = pool.Workers(1, int, (), time.sleep)
+    ended = threading.Event()
+
+    def wait_out():
+        with pytest.raises(TimeoutError):  # the job is sent, then the deadline stops the workers
+            list(workers.results([600], deadline=time.perf_counter() + 1))
+        ended.set()
+
+    thread = threading.Thread(target=wait_out, daemon=True)
+    thread.start()
+    assert ended.wait(120)
+    assert multiprocessing.active_children() == []
+
+
 def test_workers_run_from_a_thread_other_than_the_main_one():
     """A signal handler can only be set in the main thread: one set when the workers started
     raised there, after they had started, and left them running."""

@@ -288,6 +288,21 @@ def running(pids):
     return [pid for pid in pids if state(pid) not in ("gone", "Z")]
 
 
+def stopped(proc, workers, stop, status):
+    """Run ``stop()`` on a tune process from :func:`tune_with_workers` and wait for it: it ends
+    with ``status``, says it wrote nothing, prints no traceback and leaves no worker running.
+    Its stderr."""
+    try:
+        stop()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, stderr
+    assert "interrupted; nothing written" in stderr and "Traceback" not in stderr, stderr
+    assert running(workers) == []
+    return stderr
+
+
 def wait_for(condition, seconds=30):
     """Poll ``condition()`` until it is true or ``seconds`` pass; its last value."""
     deadline = time.time() + seconds
@@ -306,17 +321,14 @@ def test_a_signal_to_the_whole_process_group_ends_tune_cleanly(sample, tmp_path,
     parent stops them) and the tracker keeps SIGHUP blocked: 128 + N, nothing written, nothing
     but rafm's own lines on stderr, no worker left."""
     proc, workers, tracker = tune_with_workers(sample, tmp_path)
-    try:
+
+    def signal_the_group():
         assert signal_masks(tracker)["SigBlk"] & bits(signal.SIGHUP)
         os.killpg(proc.pid, signum)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signum, stderr
-    assert "Traceback" not in stderr and "resource_tracker" not in stderr, stderr
-    assert "interrupted; nothing written" in stderr
+
+    stderr = stopped(proc, workers, signal_the_group, 128 + signum)
+    assert "resource_tracker" not in stderr, stderr
     assert os.listdir(tmp_path) == []
-    assert running(workers) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
@@ -345,20 +357,16 @@ def test_ctrl_z_stops_the_workers_with_tune_and_continues_them(sample, tmp_path)
     led groups of their own: they went on training. In rafm's group they stop with it and go
     on when it is continued (``fg``, ``bg``: SIGCONT), all in the kernel."""
     proc, workers, _ = tune_with_workers(sample, tmp_path, session=False)
-    try:
+    everyone = [proc.pid, *workers]
+
+    def stop_continue_terminate():
         os.killpg(proc.pid, signal.SIGTSTP)
-        assert wait_for(lambda: [state(pid) for pid in [proc.pid, *workers]] == ["T"] * 3), \
-            [state(pid) for pid in [proc.pid, *workers]]
+        assert wait_for(lambda: [state(pid) for pid in everyone] == ["T"] * 3), [state(pid) for pid in everyone]
         os.killpg(proc.pid, signal.SIGCONT)
-        assert wait_for(lambda: all(state(pid) in "RSD" for pid in [proc.pid, *workers])), \
-            [state(pid) for pid in [proc.pid, *workers]]
+        assert wait_for(lambda: all(state(pid) in "RSD" for pid in everyone)), [state(pid) for pid in everyone]
         proc.terminate()
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, stderr
-    assert "interrupted; nothing written" in stderr and "Traceback" not in stderr
-    assert running(workers) == []
+
+    stopped(proc, workers, stop_continue_terminate, 143)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
@@ -367,15 +375,12 @@ def test_workers_stop_though_rafm_was_started_ignoring_sigterm(sample, tmp_path)
     stop by SIGTERM did nothing (the parent waited for them for ever). They are stopped with
     SIGKILL: Ctrl-C ends tune at once with nothing left running."""
     proc, workers, _ = tune_with_workers(sample, tmp_path, ignored=[signal.SIGTERM])
-    try:
+
+    def interrupt():
         assert signal_masks(proc.pid)["SigIgn"] & bits(signal.SIGTERM)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, stderr
-    assert "interrupted; nothing written" in stderr and "Traceback" not in stderr
-    assert running(workers) == []
+
+    stopped(proc, workers, interrupt, 130)
 
 
 WAITS_FOR_EVER = """

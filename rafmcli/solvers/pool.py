@@ -107,8 +107,8 @@ def _serve(conn, parent, mask, initializer, initargs, work):
     the parent's ``mask`` is then restored."""
     for s in signals.HANDLED:
         signal.signal(s, signal.SIG_IGN)
+    die_with(parent)
     if BLOCKED:
-        die_with(parent)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     initializer(*initargs)
     while True:

@@ -103,7 +103,9 @@ def handled():
     unwinding, and every later one was ignored.) A signal dropped as the block ends
     is raised there, and so is one whose Terminated was swallowed (C code that clears
     whatever a Python callback raised: the handler raised, yet the command went on to
-    its end, click's SystemExit included). Nested, an inner block leaves the outer's state as it found it.
+    its end, click's SystemExit included), or replaced by another exception (numba's C import
+turned one into ImportError): the command ends by the signal, not that exception's traceback.
+Nested, an inner block leaves the outer's state as it found it.
     After :func:`committed` signals are ignored in the block, and where the block found
     :func:`for_the_process`'s handler it leaves them ignored.
     """
@@ -135,8 +137,10 @@ def handled():
     try:
         yield
         swallowed = _swallowed()
-    except SystemExit:  # click ends every command so, the ones that went well too
-        swallowed = _swallowed()
+    except Terminated:
+        raise
+    except BaseException:  # click's SystemExit ends every command, the ones that went well too
+        swallowed = _swallowed()  # or C code replaced the Terminated with its own exception
         if swallowed is None:
             raise
     finally:
@@ -156,7 +160,8 @@ def handled():
 
 def _swallowed():
     """The signal whose Terminated the handler raised and something swallowed, or None: the
-    handler raised (unwinding, not since dropped: that resets it), yet the command goes on.
+    handler raised (unwinding, not since dropped: that resets it), yet the command goes on
+    or ends with another exception.
     Seen about once in 200 Ctrl-Cs while ``rafm tune`` imported its kernels: CPython clears
     the exception of a Python callback in places (``PyObject_HasAttr``, ``PyDict_GetItem``)."""
     if _State.inside and _State.unwinding and not _State.committed:

@@ -643,6 +643,39 @@ def test_a_swallowed_signal_outlasts_click_s_exit_and_a_nested_block(capsys):
         signals._State.unwinding = False  # the test caught it: not a swallowed one
 
 
+def test_an_exception_that_replaced_a_terminated_ends_the_command_by_its_signal(tmp_path):
+    """C code turned the handler's Terminated into an exception of its own (a review's Ctrl-C during
+    numba's import: ImportError from numba._devicearray, exit 1 and a traceback, 1 run in 458): the
+    command ends by the signal, nothing renamed into place. Without a signal, or after the commit
+    (signals are ignored then), an exception goes on as it was."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+    from rafmcli.io.output import Outputs
+
+    def replaced(signum):
+        try:
+            signals._handler(signum, None)
+        except Terminated:
+            raise ImportError("numba._devicearray failed to import") from None
+
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            with Outputs() as outputs:
+                outputs.write(str(tmp_path / "model"), lambda fh: fh.write("weights"))
+                replaced(signal.SIGINT)
+    assert raised.value.signum == signal.SIGINT and os.listdir(tmp_path) == []
+    with pytest.raises(ImportError):
+        with signals.handled():
+            raise ImportError("no signal")
+    with pytest.raises(ImportError):
+        with signals.handled():
+            with Outputs() as outputs:
+                outputs.write(str(tmp_path / "model"), lambda fh: fh.write("weights"))
+            signals._handler(signal.SIGINT, None)  # ignored: the outputs are in place
+            raise ImportError("after the commit")
+    assert os.listdir(tmp_path) == ["model"]
+
+
 def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypatch):
     """After signals.committed() (the outputs renamed into place) neither a signal nor one
     Python dropped earlier ends the command; the outer block's state comes back after."""

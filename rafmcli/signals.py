@@ -98,14 +98,15 @@ def handled():
 
     Under it, sys.unraisablehook sends the signal of a Terminated that Python dropped
     to the main thread again RESEND_SECONDS later (a timer thread), to be raised in
-    whatever code runs then, again if that drops it too; other exceptions go to the
-    hook before. (Lost, the signal also left the handler believing the command was
-    unwinding, and every later one was ignored.) A signal dropped as the block ends
-    is raised there, and so is one whose Terminated was swallowed (C code that clears
-    whatever a Python callback raised: the handler raised, yet the command went on to
-    its end, click's SystemExit included), or replaced by another exception (numba's C import
-turned one into ImportError): the command ends by the signal, not that exception's traceback.
-Nested, an inner block leaves the outer's state as it found it.
+    whatever code runs then, again if that drops it too. (Lost, the signal also left the
+    handler believing the command was unwinding, and every later one was ignored.) Other
+    exceptions go to the hook before, but for those dropped while a signal ends the command.
+    A signal dropped as the block ends is raised there, and so is one whose Terminated was
+    swallowed (C code that clears whatever a Python callback raised: the handler raised,
+    yet the command went on to its end, click's SystemExit included) or replaced by another
+    exception (numba's C import turned one into ImportError): the command ends by the
+    signal, not with that exception's traceback. Nested, an inner block leaves the outer's
+    state as it found it.
     After :func:`committed` signals are ignored in the block, and where the block found
     :func:`for_the_process`'s handler it leaves them ignored.
     """
@@ -120,7 +121,8 @@ Nested, an inner block leaves the outer's state as it found it.
 
     def resend_dropped(unraisable):
         if not isinstance(unraisable.exc_value, Terminated) or not hasattr(signal, "pthread_kill"):
-            previous_hook(unraisable)
+            if _swallowed() is None:  # else a signal ends the command: what Python drops on the way out
+                previous_hook(unraisable)  # (llvmlite's half-detached objects) is not shown
             return
         _State.dropped = unraisable.exc_value.signum
         timer = threading.Timer(RESEND_SECONDS, signal.pthread_kill, (main, _State.dropped))

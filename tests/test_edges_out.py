@@ -535,6 +535,57 @@ def test_exceptions_dropped_otherwise_reach_the_previous_hook(monkeypatch):
     assert sys.unraisablehook == seen.append
 
 
+def test_what_python_drops_while_a_signal_ends_the_command_is_not_shown(monkeypatch):
+    """A signal between the two steps of llvmlite's ObjectRef.detach leaves an object whose __del__
+    raises AttributeError ("Exception ignored in ...", about 1 Ctrl-C in 100 near a command's end):
+    while a signal ends the command, what Python drops is not shown; otherwise it is."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    with pytest.raises(Terminated):
+        with signals.handled():
+            DroppedError(KeyError)
+            try:
+                signals._handler(signal.SIGINT, None)
+            finally:
+                DroppedError(AttributeError)
+    DroppedError(TypeError)
+    assert [type(u.exc_value) for u in seen] == [KeyError, TypeError]
+
+
+SIGNAL_THEN_DROPPED_ON_THE_WAY_OUT = """
+import signal, sys
+from rafmcli import cli
+
+class HalfDetached:  # llvmlite's ObjectRef cut between the two steps of its detach
+    def __del__(self):
+        raise AttributeError("_as_parameter_")
+
+class SignalInTheCommand:
+    def find_spec(self, name, path=None, target=None):
+        if name == "rafmcli.io.reader":
+            left = HalfDetached()  # dropped with this frame, once the exit's traceback is released
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        return None
+
+sys.meta_path.insert(0, SignalInTheCommand())
+sys.argv = ["rafm", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_what_python_drops_after_the_signal_s_block_is_not_shown(tmp_path, sample):
+    """The same when the object goes with the frames of the signal's traceback, after the command's
+    block: exit 130, nothing printed."""
+    result = subprocess.run([sys.executable, "-c", SIGNAL_THEN_DROPPED_ON_THE_WAY_OUT,
+                             *train_args(sample, save_model=tmp_path / "m.rafm")], capture_output=True, text=True,
+                            env=child_env())
+    assert (result.returncode, result.stderr) == (130, "")
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_inner_block_leaves_the_outer_one_handling_signals():
     """Nested, the inner handled() ends and the outer still raises on a signal (its state is
     left as the inner found it)."""

@@ -136,23 +136,33 @@ class LeanNumba:
             sys.meta_path.insert(0, cls())
 
 
+def _ignore(unraisable):
+    """sys.unraisablehook that shows nothing."""
+
+
 class RafmGroup(click.Group):
     """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
     every temporary file is removed and the exit status is 128 + the signal number.
     Running out of memory is one line and exit 2, not a traceback. numba gets a
     cache directory it can write (rafmcli.jit)."""
 
+    signalled = False  # a signal ended the command
+
     def __call__(self, *args, **kwargs):
         """The process's command (:mod:`rafmcli.entry` calls it for the ``rafm`` script and
         ``python -m rafmcli``); the process ends when it returns (click exits). Every object
         left is then moved out of the collector's reach (gc.freeze): the interpreter's
         collections while it shuts down would otherwise walk numba's hundreds of thousands
-        of objects, 0.1-0.3 s of every command. Tests call :meth:`main` and are not affected."""
+        of objects, 0.1-0.3 s of every command. After a signal ended the command, nothing Python
+        drops on the way out (llvmlite's half-detached objects at shutdown) is printed. Tests
+        call :meth:`main` and are not affected."""
         import gc
 
         try:
             return super().__call__(*args, **kwargs)
         finally:
+            if self.signalled:
+                sys.unraisablehook = _ignore
             gc.freeze()
 
     def main(self, *args, **kwargs):
@@ -165,6 +175,7 @@ class RafmGroup(click.Group):
             with signals.handled():
                 return super().main(*args, **kwargs)
         except Terminated as exc:
+            self.signalled = True
             sys.exit(128 + exc.signum)
         except MemoryError as exc:
             click.echo(f"Error: out of memory ({exc or 'no detail'})", err=True)

@@ -171,10 +171,14 @@ def _swallowed():
     return None
 
 
-def raise_dropped():
-    """Raise now a signal whose Terminated was lost: dropped by Python and not raised since
-    (its resend is late), or swallowed (:func:`_swallowed`). Outputs.commit calls it before
-    it renames anything, as the signal came first."""
+def raise_lost():
+    """Raise now, on the main thread, a signal whose Terminated was lost: dropped by Python and
+    not raised since (its resend is late), or swallowed (:func:`_swallowed`). Outputs.commit
+    calls it before it renames anything, as the signal came first; long loops call it at each
+    step (epochs, MCMC and ALS sweeps, tune's results, the reader's blocks), so that such a
+    signal ends the command within a step rather than at its end, and later ones count again."""
+    if threading.current_thread() is not threading.main_thread():
+        return
     if _State.inside and _State.dropped is not None and not _State.unwinding:
         _terminate(_State.dropped)
     lost = _swallowed()

@@ -727,6 +727,61 @@ def test_an_exception_that_replaced_a_terminated_ends_the_command_by_its_signal(
     assert os.listdir(tmp_path) == ["model"]
 
 
+def _swallowed_at_call(owner, name, call, signum, monkeypatch):
+    """Make ``owner.name``'s ``call``-th call swallow ``signum`` first (:func:`_swallowed_by_c`);
+    returns the list of its calls."""
+    calls, original = [], getattr(owner, name)
+
+    def swallowing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            assert _swallowed_by_c(signum) == 0
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, swallowing)
+    return calls
+
+
+@pytest.mark.parametrize("method", ["adagrad", "als"])
+def test_a_swallowed_signal_ends_training_at_the_next_step(sample, monkeypatch, method):
+    """A swallowed Terminated left a long `rafm train` running to its end, and later signals were
+    ignored meanwhile: the next epoch (SGD) or sweep (ALS, MCMC) raises it."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+    from rafmcli.io.reader import read_dataset
+    from rafmcli.options import Options
+    from rafmcli.solvers import coordinate, sgd
+
+    data = read_dataset(sample("regression.train"))
+    opts = Options(task="r", model="fm", ranks=(4,), method=method, iters=50, early_stop=0)
+    if method == "als":
+        steps = _swallowed_at_call(coordinate, "sweep", 2, signal.SIGTERM, monkeypatch)
+        train = lambda: coordinate.train(data, opts, quiet=True)  # noqa: E731
+    else:
+        steps = _swallowed_at_call(sgd.Training, "train_epoch", 2, signal.SIGTERM, monkeypatch)
+        train = lambda: sgd.train(data, opts, quiet=True)  # noqa: E731
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            train()
+    assert raised.value.signum == signal.SIGTERM and len(steps) == 2
+
+
+def test_a_swallowed_signal_ends_reading_at_the_next_block(tmp_path, monkeypatch):
+    """The same for a long read: the next block raises it."""
+    from rafmcli import signals
+    from rafmcli.errors import Terminated
+    from rafmcli.io import reader
+
+    path = tmp_path / "rows.libfm"
+    path.write_text("".join(f"1 {i}:1 {i + 1}:0.5\n" for i in range(200)))
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 256)
+    blocks = _swallowed_at_call(reader, "_parse_block", 2, signal.SIGINT, monkeypatch)
+    with pytest.raises(Terminated) as raised:
+        with signals.handled():
+            reader.read_dataset(str(path), use_cache=False)
+    assert raised.value.signum == signal.SIGINT and len(blocks) == 2
+
+
 def test_signals_once_the_outputs_are_in_place_are_ignored_in_the_block(monkeypatch):
     """After signals.committed() (the outputs renamed into place) neither a signal nor one
     Python dropped earlier ends the command; the outer block's state comes back after."""

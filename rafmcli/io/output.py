@@ -247,9 +247,9 @@ class Outputs:
 
     def commit(self):
         """Write the stream targets, then rename every staged file into place. A signal whose
-        Terminated was lost is raised first, and again before the renames (signals.raise_dropped)."""
+        Terminated was lost is raised first, and again before the renames (signals.raise_lost)."""
         try:
-            signals.raise_dropped()
+            signals.raise_lost()
             for entry in self._entries:
                 if entry.kind == _REPLACE:
                     continue
@@ -263,7 +263,7 @@ class Outputs:
             for entry in staged:
                 with _writing(entry.path):
                     self._finish_temp(entry)
-            signals.raise_dropped()
+            signals.raise_lost()
             with signals.held():
                 for entry in staged:
                     with _writing(entry.path):

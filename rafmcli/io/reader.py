@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rafmcli import threads
+from rafmcli import signals, threads
 from rafmcli.errors import InputError, printable
 from rafmcli.kernels import read_only
 
@@ -701,6 +701,7 @@ def _parse(source, name, progress=False, desc="reading", sink=None):
             try:
                 ahead = source.regular and source.status.st_size > BLOCK_BYTES
                 for buf, n in _blocks(source.stream, on_block, ahead):
+                    signals.raise_lost()
                     expected = 1.0
                     if source.regular:  # total bytes / bytes so far, compressed or not
                         expected = max(source.status.st_size / max(_position(source), 1), 1.0)

@@ -45,6 +45,7 @@ from rafmcli.kernels import read_only
 from rafmcli.model.layout import aligned_copy, build
 from rafmcli.options import burn_in_default
 from rafmcli.predict import kernel_rows
+from rafmcli.signals import raise_lost
 from rafmcli.solvers.sgd import Log, feature_levels, initial_bias
 from rafmcli.threads import for_work
 
@@ -472,6 +473,7 @@ def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progres
     scratch.start(problem, target - scores(problem.csr))
     try:
         for it in range(1, opts.iters + 1):
+            raise_lost()
             start = time.perf_counter()
             keys = rng.integers(0, 2**63, size=3, dtype=np.int64)
             if probit:

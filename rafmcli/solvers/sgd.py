@@ -20,6 +20,7 @@ from rafmcli.levels import assign_levels
 from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
+from rafmcli.signals import raise_lost
 from rafmcli.threads import for_work
 
 METHODS = {"sgd": K.SGD, "adagrad": K.ADAGRAD, "rowwise-adagrad": K.ROWWISE, "adam": K.ADAM,
@@ -212,6 +213,7 @@ class Training:
         overrides the per-epoch hooks ``train_epoch``, ``validate`` and ``score``.
         """
         while not self.done and self.epoch < until:
+            raise_lost()
             epoch = self.epoch + 1
             start = time.perf_counter()
             order = shuffled(self.n_rows, int(self.rng.integers(2**63)))

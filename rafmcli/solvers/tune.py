@@ -39,6 +39,7 @@ import numpy as np
 from rafmcli import metrics
 from rafmcli.errors import DivergedError
 from rafmcli.options import DEFAULTS, L2_CHOICES, method_default
+from rafmcli.signals import raise_lost
 
 # the paper's L2 grid {1e-6, 5e-6, 1e-5, ..., 1e-1}, one step further: rafm's L2 acts per occurrence
 L2_GRID = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 1e-1, 2e-1)
@@ -403,6 +404,7 @@ class Search:
         deadline = None if self.s.budget is None else self.started + self.s.budget
         try:
             for result in self.pool.results(jobs, deadline):
+                raise_lost()
                 t = by_number[result["number"]]
                 self.processes.add(result["pid"])
                 t.seconds += result["seconds"]

@@ -194,6 +194,81 @@ def test_two_options_naming_one_file_are_refused(tmp_path, sample):
     assert listing(tmp_path) == before
 
 
+def _writing_over_an_input(tmp_path, sample, case):
+    """(arguments, the input they would write over) of one command line of each kind."""
+    import shutil
+
+    data = tmp_path / "rows.libfm"
+    shutil.copy(sample("regression.train"), data)
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "r", "--train", data, *FAST, "--save-model", model]).exit_code == 0
+    link = tmp_path / "link"
+    if case.endswith("symlink"):
+        link.symlink_to(data)
+    elif case.endswith("hard link"):
+        os.link(data, link)
+    return {
+        "train --save-model TRAIN": (["train", "--task", "r", "--train", data, *FAST, "--save-model", data], data),
+        "train --save-model via a symlink": (["train", "--task", "r", "--train", data, *FAST, "--save-model", link],
+                                             data),
+        "train --test F --out F": (["train", "--task", "r", "--train", sample("regression.train"), *FAST,
+                                    "--test", data, "--out", data], data),
+        "train --rlog via a hard link": (["train", "--task", "r", "--train", data, *FAST, "--rlog", link], data),
+        "predict --out MODEL": (["predict", "--model", model, "--out", model, data], model),
+        "predict --out FILE": (["predict", "--model", model, "--out", data, data], data),
+        "dump --out MODEL": (["dump", "--model", model, "--out", model], model),
+        "embed --out MODEL": (["embed", "--model", model, "--out", model], model),
+        "tune --table TRAIN": (["tune", "--task", "r", "--train", data, "--table", data], data),
+        "libfm -save_model TRAIN": (["libfm", "-task", "r", "-train", data, "-test", sample("regression.test"),
+                                     "-out", tmp_path / "p", "-method", "sgd", "-iter", "2", "-save_model", data],
+                                    data),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["train --save-model TRAIN", "train --save-model via a symlink",
+                                  "train --test F --out F", "train --rlog via a hard link", "predict --out MODEL",
+                                  "predict --out FILE", "dump --out MODEL", "embed --out MODEL",
+                                  "tune --table TRAIN", "libfm -save_model TRAIN"])
+def test_an_output_naming_an_input_is_refused(tmp_path, sample, case):
+    """Only outputs were compared with each other: `--save-model` naming the --train file turned the
+    data into a zip, exit 0. Now any output that is an input (by any path or link) is a usage
+    error, before anything is read or written."""
+    args, victim = _writing_over_an_input(tmp_path, sample, case)
+    before = listing(tmp_path)
+    result = run(args)
+    assert result.exit_code == 2, result.output
+    assert "names the input" in error_line(result) and "never writes over its inputs" in error_line(result)
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("args", [["predict", "--model", "M", "-", "-"], ["stats", "-", "-"],
+                                  ["train", "--task", "r", "--train", "-", "--validation", "-"]])
+def test_standard_input_named_twice_is_refused(tmp_path, sample, args):
+    """`-` twice read standard input once and then failed with a traceback (I/O on a closed file)."""
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "r", "--train", sample("regression.train"), *FAST, "--save-model", model]
+               ).exit_code == 0
+    result = CliRunner().invoke(main, [str(model) if a == "M" else a for a in args], input="1 1:1\n")
+    assert result.exit_code == 2
+    assert error_line(result).endswith("both name standard input (-), which can be read once")
+
+
+def test_standard_output_by_two_names_is_refused(tmp_path, sample):
+    """`--out /dev/stdout --rlog -` mixed the log and the predictions in one stream (`--out - --rlog -`
+    was refused); two hard links to one file as two outputs are refused too."""
+    with open(tmp_path / "stdout", "wb") as fh:
+        result = subprocess.run([sys.executable, "-m", "rafmcli", *map(str, train_args(sample, out="/dev/stdout")),
+                                 "--rlog", "-"], stdout=fh, stderr=subprocess.PIPE, text=True, env=child_env())
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        "Error: --out and --rlog name the same output (-)")
+    assert (tmp_path / "stdout").read_bytes() == b""
+    (tmp_path / "a").write_text("old")
+    os.link(tmp_path / "a", tmp_path / "b")
+    result = run(train_args(sample, out=tmp_path / "a", rlog=tmp_path / "b"))
+    assert error_line(result) == f"Error: --out and --rlog name the same output ({tmp_path / 'b'})"
+    assert (tmp_path / "a").read_text() == "old"
+
+
 # class 5: new files follow the umask, replaced files keep their mode
 
 def test_modes_follow_umask_and_replaced_files_keep_theirs(tmp_path, sample):

@@ -2,7 +2,7 @@
 
 import click
 
-from rafmcli.cli.options import OUTPUT
+from rafmcli.cli.options import OUTPUT, distinct_files
 
 
 @click.command()
@@ -22,6 +22,7 @@ def dump(model_path, fmt, out):
     from rafmcli.model import dump as model_dump
     from rafmcli.model import files as model_files
 
+    distinct_files({"--model": model_path}, {"--out": out})
     model = model_files.load(model_path)
     if fmt == "text":
         model_dump.check_dense(model, model_path)

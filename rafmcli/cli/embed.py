@@ -2,7 +2,7 @@
 
 import click
 
-from rafmcli.cli.options import LEVEL, MODEL, OUTPUT, check_group, load_model
+from rafmcli.cli.options import LEVEL, MODEL, OUTPUT, check_group, distinct_files, load_model
 from rafmcli.options import EMBED_LEVEL
 
 
@@ -26,6 +26,7 @@ def embed(model_path, level, group, out):
     its vector zero-padded to D_m, or with --level N the first D_N
     coordinates of the features with k_i >= N.
     """
+    distinct_files({"--model": model_path}, {"--out": out})
     from rafmcli.embeddings import embeddings, value_embeddings, write_word2vec
     from rafmcli.errors import InputError
     from rafmcli.io.output import Outputs

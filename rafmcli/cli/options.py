@@ -145,21 +145,56 @@ OUTPUT = OutputPath()
 BINARY_OUTPUT = OutputPath(stdout_ok=False)
 
 
-def distinct_outputs(**paths):
-    """Refuse two options naming the same file (``--out x --rlog x``) or both ``-``;
-    a device or FIFO may take several (``--out /dev/null --rlog /dev/null``)."""
+def _opened(path, stream):
+    """os.stat of what ``path`` opens (``-``: the file descriptor ``stream``), or None."""
+    import os
+
+    try:
+        return os.fstat(stream) if path == "-" else os.stat(path)
+    except OSError:
+        return None
+
+
+def arguments(name, paths):
+    """{label: path} of a command's FILE... arguments: ``NAME`` alone, else ``NAME 1``, ``NAME 2``..."""
+    return {name: paths[0]} if len(paths) == 1 else {f"{name} {n}": p for n, p in enumerate(paths, 1)}
+
+
+def distinct_files(inputs, outputs):
+    """Refuse an output that is one of the inputs (``--save-model`` naming the ``--train``
+    file, through a link or another path too), two outputs that are one file (``--out x
+    --rlog x``, hard links, ``--out /dev/stdout --rlog -``) and ``-`` as two inputs (standard
+    input is read once). ``inputs``, ``outputs``: {label: path or None}, a label being an
+    option (``--train``) or an argument (``FILE``). Devices (``/dev/null``) may take several
+    outputs, and a named FIFO too."""
     import os
     import stat
 
-    seen = {}
-    for option, path in paths.items():
-        if path is None or (os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)):
+    dashes = [label for label, path in inputs.items() if path == "-"]
+    if len(dashes) > 1:
+        raise click.UsageError(f"{dashes[0]} and {dashes[1]} both name standard input (-), which can be read once")
+    seen = []  # (label, path, stat or None)
+    for label, path in outputs.items():
+        if path is None:
             continue
-        key = path if path == "-" else os.path.realpath(path)
-        if key in seen:
-            names = f"--{seen[key]} and --{option}".replace("_", "-")
-            raise click.UsageError(f"{names} name the same output ({path})")
-        seen[key] = option
+        st = _opened(path, 1)
+        for other, other_path, other_st in seen:
+            if st is None or other_st is None:
+                same = st is other_st and path != "-" and os.path.realpath(path) == os.path.realpath(other_path)
+            else:
+                same = (st.st_dev, st.st_ino) == (other_st.st_dev, other_st.st_ino) and not (
+                    stat.S_ISCHR(st.st_mode) or (stat.S_ISFIFO(st.st_mode) and "-" not in (path, other_path)))
+            if same or path == other_path == "-":
+                raise click.UsageError(f"{other} and {label} name the same output ({path})")
+        seen.append((label, path, st))
+        if path == "-" or st is None or not stat.S_ISREG(st.st_mode):
+            continue
+        for in_label, in_path in inputs.items():
+            in_st = None if in_path in (None, "-") else _opened(in_path, 0)
+            if in_st is not None and (in_st.st_dev, in_st.st_ino) == (st.st_dev, st.st_ino):
+                raise click.UsageError(f"{label} names the input {in_label} ({path}): rafm never writes over "
+                                       f"its inputs")
+
 
 no_cache_option = click.option(
     "--no-cache", is_flag=True,

@@ -2,7 +2,7 @@
 
 import click
 
-from rafmcli.cli.options import BINARY_OUTPUT
+from rafmcli.cli.options import BINARY_OUTPUT, arguments, distinct_files
 
 
 def image_path(ctx, param, value):
@@ -35,6 +35,7 @@ def plot(logs, out, labels):
     from rafmcli.io.output import Outputs
     from rafmcli.plots import curves_figure, figure_class, image_format, read_log, write
 
+    distinct_files(arguments("LOG", logs), {"--out": out})
     if len(labels) > len(logs):
         raise click.UsageError(f"{len(labels)} --label for {len(logs)} logs")
     figure_class()  # matplotlib or exit 2, before reading anything

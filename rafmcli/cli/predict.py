@@ -2,7 +2,16 @@
 
 import click
 
-from rafmcli.cli.options import INPUT, OUTPUT, TOP_K, no_cache_option, read, warn_unseen
+from rafmcli.cli.options import (
+    INPUT,
+    OUTPUT,
+    TOP_K,
+    arguments,
+    distinct_files,
+    no_cache_option,
+    read,
+    warn_unseen,
+)
 from rafmcli.options import DEFAULTS as D
 
 
@@ -43,6 +52,7 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
     from rafmcli.model import files as model_files
     from rafmcli.predict import KERNEL_MODULES, predict_dataset
 
+    distinct_files({"--model": model_path, "--exclude-seen": exclude_seen, **arguments("FILE", files)}, {"--out": out})
     kernels_loaded = jit.preload(*KERNEL_MODULES)  # while the model and the inputs are checked
     model = model_files.load(model_path, mapped=True)
     implicit = model.task == "implicit"

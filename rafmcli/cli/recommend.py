@@ -2,7 +2,18 @@
 
 import click
 
-from rafmcli.cli.options import INPUT, MODEL, OUTPUT, TOP_K, check_group, load_model, no_cache_option, read
+from rafmcli.cli.options import (
+    INPUT,
+    MODEL,
+    OUTPUT,
+    TOP_K,
+    arguments,
+    check_group,
+    distinct_files,
+    load_model,
+    no_cache_option,
+    read,
+)
 from rafmcli.options import DEFAULTS as D
 
 
@@ -36,6 +47,7 @@ def recommend(model_path, group, top_k, exclude_seen, out, quiet, files, no_cach
     from rafmcli.io.output import Outputs
     from rafmcli.predict import kernel_rows
 
+    distinct_files({"--model": model_path, "--exclude-seen": exclude_seen, **arguments("FILE", files)}, {"--out": out})
     model = load_model(model_path, groups=True)
     check_group(model, model_path, group)
     train_values = None

@@ -2,7 +2,7 @@
 
 import click
 
-from rafmcli.cli.options import LEVEL, MODEL, OUTPUT, TOP_K, check_group, load_model
+from rafmcli.cli.options import LEVEL, MODEL, OUTPUT, TOP_K, check_group, distinct_files, load_model
 from rafmcli.options import DEFAULTS as D
 from rafmcli.options import EMBED_LEVEL
 
@@ -31,6 +31,7 @@ def similar(model_path, top_k, level, group, all_groups, out, ids):
     Output: tab-separated, a header line, then `query rank id cosine` per
     neighbour (a value's id: its feature ids joined by commas).
     """
+    distinct_files({"--model": model_path}, {"--out": out})
     from rafmcli.embeddings import embeddings, most_similar, value_embeddings, value_of
     from rafmcli.errors import InputError
     from rafmcli.io.output import Outputs

@@ -7,7 +7,7 @@ import sys
 import click
 
 from rafmcli import __version__
-from rafmcli.cli.options import BINARY_OUTPUT, RANKS, no_cache_option
+from rafmcli.cli.options import BINARY_OUTPUT, RANKS, arguments, distinct_files, no_cache_option
 from rafmcli.cli.plot import image_path
 
 
@@ -32,6 +32,7 @@ def stats(files, ranks, as_json, plot_path, no_cache):
     from rafmcli.io.reader import count_file
     from rafmcli.stats import file_stats, render_text, strict_json
 
+    distinct_files(arguments("FILE", files), {"--plot": plot_path})
     try:
         check_target(STDOUT)
     except ValueError as exc:

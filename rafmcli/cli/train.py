@@ -12,7 +12,7 @@ from rafmcli.cli.options import (
     RANKS,
     SEED,
     FiniteFloatRange,
-    distinct_outputs,
+    distinct_files,
     no_cache_option,
     read,
     warn_unseen,
@@ -347,7 +347,9 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
     if out and not test:
         raise click.UsageError("--out needs --test FILE")
-    distinct_outputs(out=out, save_model=save_model, rlog=rlog, dump_model=dump_model)
+    distinct_files({"--train": train_file, "--validation": validation, "--test": test, "--init-model": init_model,
+                    "--levels": levels_file, "--meta": meta},
+                   {"--out": out, "--save-model": save_model, "--rlog": rlog, "--dump-model": dump_model})
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     check_variant_options(ctx, model_kind, variant, dependent_rate, method)

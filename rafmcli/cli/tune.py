@@ -14,7 +14,7 @@ from rafmcli.cli.options import (
     OUTPUT,
     SEED,
     FiniteFloatRange,
-    distinct_outputs,
+    distinct_files,
     no_cache_option,
     read,
 )
@@ -111,7 +111,8 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
         raise click.UsageError("--out needs --test FILE")
     if refit and not (save_model or test):
         raise click.UsageError("--refit retrains the winner for --save-model or --test; give one of them")
-    distinct_outputs(out=out, save_model=save_model, table=table)
+    distinct_files({"--train": train_file, "--validation": validation, "--test": test},
+                   {"--out": out, "--save-model": save_model, "--table": table})
     try:
         early_stop_metric(task, metric)
     except ValueError as exc:

@@ -165,6 +165,21 @@ def test_fm_text_is_libfm_layout(sample, tmp_path):
     assert (header["format_version"], header["samples"], header["link"]) == (2, 1, "logit")
 
 
+@pytest.mark.parametrize("off", ["--no-bias", "--no-linear"])
+def test_sections_of_unused_terms_are_left_out(sample, tmp_path, off):
+    """libFM's -save_model with -dim 0,1,k (1,0,k) writes no W0 (Wj) section, and its -load_model wants none."""
+    saved, test = tmp_path / "m.rafm", sample("regression.test")
+    assert run(["train", "--task", "r", "--model", "fm", "--dim", "4", "--method", "sgd", off, "--iter", "3",
+                "--train", sample("regression.train"), "--save-model", str(saved), "--quiet"]).exit_code == 0
+    text = run(["dump", "--model", str(saved)]).stdout
+    lines = text.split("\n")
+    assert ("#global bias W0" in lines, "#unary interactions Wj" in lines) == (off != "--no-bias", off == "--no-bias")
+    assert lines[0] == ("#unary interactions Wj" if off == "--no-bias" else "#global bias W0")
+    expected = np.array(run(["predict", "--quiet", "--model", str(saved), test]).stdout.split(), dtype=float)
+    samples = read_text_dump(text)
+    np.testing.assert_allclose([score(samples, row) for row in rows_of(test)], expected, rtol=1e-6, atol=1e-6)
+
+
 def test_mcmc_dump_puts_no_single_sample_where_one_model_is_read(sample, tmp_path):
     """K > 1: the text starts with '#rafm sample 1 of K', the JSON has draws and no top-level model;
     rafm's own reader of text models refuses the text in one line."""

@@ -87,6 +87,7 @@ def test_no_bias_no_linear_model(files):
     result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-dim", "0,0,4", "-iter", "3", "-method", "sgd",
                   "-learn_rate", "0.01", "-save_model", str(saved)])
     assert result.exit_code == 0, result.output
+    assert saved.read_text().startswith("#pairwise interactions Vj,f\n")  # as libFM's -dim 0,0,4 writes and reads
     model = model_files.load(str(saved), text_ok=True)
     assert model.w0 == 0 and not np.any(model.w) and model.ranks == (4,)
 

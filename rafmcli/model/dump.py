@@ -3,9 +3,9 @@
 Text (``write_text``), one line per feature id 0..N-1 in every section
 (N = largest id + 1; ids the model never saw are zeros or empty lines)::
 
-    #global bias W0
+    #global bias W0                      (absent when trained without the bias)
     w0
-    #unary interactions Wj
+    #unary interactions Wj               (absent when trained without linear weights)
     w_j                                  (N lines)
     #pairwise interactions Vj,f          (FM: N lines of D values; libFM reads this file)
     #levels kj                           (RaFM, DiFacto: N lines, 0 = never seen)
@@ -55,6 +55,11 @@ def draws(model):
     return [replace(model, w0=w0, w=w, V=V, samples=[]) for w0, w, V in model.samples] or [model]
 
 
+def _trained_with(model, name):
+    """Whether the model was trained with option ``name`` ("bias", "linear"); True if unrecorded."""
+    return bool((model.info.get("options") or {}).get(name, True))
+
+
 def vectors(model, j):
     """The factor vectors of internal feature ``j``: one per level for RaFM, one for FM and DiFacto."""
     k = int(model.levels[j])
@@ -86,14 +91,17 @@ def write_text(model, fh):
 
 
 def _write_block(model, fh):
-    """One sample's sections: bias, weights, levels, factors."""
+    """One sample's sections: bias and weights (if trained), levels, factors."""
     n = n_lines(model)
     row_of = np.full(n, -1, dtype=np.int64)
     row_of[model.feature_ids] = np.arange(model.feature_ids.shape[0])
-    fh.write(f"#global bias W0\n{model.w0!r}\n#unary interactions Wj\n")
-    w = np.zeros(n, dtype=np.float32)
-    w[model.feature_ids] = model.w
-    np.savetxt(fh, w, fmt=FLOAT)
+    if _trained_with(model, "bias"):
+        fh.write(f"#global bias W0\n{model.w0!r}\n")
+    if _trained_with(model, "linear"):
+        fh.write("#unary interactions Wj\n")
+        w = np.zeros(n, dtype=np.float32)
+        w[model.feature_ids] = model.w
+        np.savetxt(fh, w, fmt=FLOAT)
     if model.kind == "fm":
         fh.write("#pairwise interactions Vj,f\n")
         dense = np.zeros((n, model.ranks[0]), dtype=np.float32)
@@ -154,7 +162,7 @@ def read_text(path):
     """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM).
 
     Line j of each section is feature id j; every id becomes a feature of
-    level 1. The task, clipping
+    level 1; a missing bias or weights section is zeros. The task, clipping
     range and link come from rafm's last line when present; otherwise the
     task is None (the caller's), the range empty (the new training data's)
     and the link logit. A dump of several MCMC samples is refused.

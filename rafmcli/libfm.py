@@ -125,10 +125,9 @@ def translate(argv):
         if method == "sgd":
             notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
         else:
-            args += ["--meta", given["meta"]]
-            if method == "mcmc":
-                notes.append("-meta: rafm's groups share each prior precision and keep their own means; "
-                             "add --group-precision for libFM's precision per group")
+            args += ["--meta", given["meta"]] + (["--group-precision"] if method == "mcmc" else [])
+    elif method != "sgd":
+        args += ["--no-auto-groups"]  # libFM without -meta: one group (a libFFM file's fields still are groups)
     for name, option in DIRECT.items():
         if name in values:
             args += [option, values[name]]

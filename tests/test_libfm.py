@@ -121,12 +121,22 @@ def test_meta_is_accepted_with_a_note(files, tmp_path):
     assert result.exit_code == 0 and "-meta" in result.stderr
 
 
-def test_mcmc_meta_says_the_precisions_are_shared():
-    """libFM's -meta gives each group its own prior precision; rafm shares them unless told."""
-    done = translate(["-task", "r", "-train", "t", "-method", "mcmc", "-meta", "g.txt"])
-    assert "--meta" in done.train_args and any("--group-precision" in note for note in done.notes)
-    als = translate(["-task", "r", "-train", "t", "-method", "als", "-meta", "g.txt"])
-    assert not any("precision" in note for note in als.notes)
+@pytest.mark.parametrize("method", ["sgd", "sgda", "als", "mcmc"])
+def test_groups_as_libfm_has_them(method):
+    """Without -meta libFM has one group (no inferred fields); with it, mcmc draws a prior precision per group."""
+    extra = ["-validation", "v"] if method == "sgda" else []
+    plain = translate(["-task", "r", "-train", "t", "-method", method, *extra]).train_args
+    assert ("--no-auto-groups" in plain) == (method != "sgd")
+    meta = translate(["-task", "r", "-train", "t", "-method", method, "-meta", "g.txt", *extra]).train_args
+    assert "--no-auto-groups" not in meta and ("--group-precision" in meta) == (method == "mcmc")
+
+
+def test_one_group_without_meta(files):
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-iter", "2"])
+    assert result.exit_code == 0 and "inferred" not in result.stderr
+    meta = files["tmp"] / "groups.meta"
+    meta.write_text("0\n1\n")
+    assert run(["libfm", "-task", "r", "-train", files["rtrain"], "-iter", "2", "-meta", str(meta)]).exit_code == 0
 
 
 def test_rafm_train_answers_a_libfm_spelling(files):

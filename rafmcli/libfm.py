@@ -4,7 +4,7 @@ libFM's meaning and defaults (libFM 1.4.4, src/libfm/libfm.cpp): ``-dim
 'k0,k1,k'`` switches the bias and the linear weights and sets the rank
 (default 1,1,8); ``-regular`` is one value for all three or r0,r1,r2
 (default 0); ``-init_stdev`` 0.1; ``-learn_rate`` 0.1; ``-iter`` 100; no
-hold-out and no early stopping; ``-save_model`` and ``-load_model`` are
+hold-out and no early stopping; ``-validation`` for sgda only; ``-save_model`` and ``-load_model`` are
 text models in libFM's layout. Options are ``-name value`` or
 ``--name value``; lists are separated by commas or semicolons.
 """
@@ -128,12 +128,12 @@ def translate(argv):
             args += ["--meta", given["meta"]] + (["--group-precision"] if method == "mcmc" else [])
     elif method != "sgd":
         args += ["--no-auto-groups"]  # libFM without -meta: one group (a libFFM file's fields still are groups)
+    if "validation" in given and method != "sgda":
+        del values["validation"]
+        notes.append("-validation: libFM uses it for -method sgda only; the file is not used")
     for name, option in DIRECT.items():
         if name in values:
             args += [option, values[name]]
-    if "validation" in given:
-        notes.append("-validation: rafm reports its metrics each iteration"
-                     + (" and keeps the best iteration" if method != "mcmc" else ""))
     if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
         raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
     if "cache_size" in given and not given["cache_size"].isdigit():

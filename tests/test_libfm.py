@@ -139,6 +139,23 @@ def test_one_group_without_meta(files):
     assert run(["libfm", "-task", "r", "-train", files["rtrain"], "-iter", "2", "-meta", str(meta)]).exit_code == 0
 
 
+@pytest.mark.parametrize("method,setting", [("sgd", ["-learn_rate", "0.02", "-regular", "0"]),
+                                            ("als", ["-regular", "10"])])
+def test_validation_is_ignored_but_by_sgda(files, method, setting):
+    """libFM: 'Validation data is only used for SGDA': -iter 30 gives iteration 30, not the best on -validation
+    (iteration 29 for sgd, 13 for als here)."""
+    tmp = files["tmp"]
+    common = ["-task", "r", "-train", files["rtrain"], "-test", files["rtest"], "-method", method, "-iter", "30",
+              "-dim", "1,1,16", "-init_stdev", "0.3", "-seed", "1", *setting]
+    result = run(["libfm", *common, "-validation", files["rval"], "-out", str(tmp / "v.pred")])
+    assert result.exit_code == 0, result.output
+    assert run(["libfm", *common, "-out", str(tmp / "p.pred")]).exit_code == 0
+    np.testing.assert_array_equal(np.loadtxt(tmp / "v.pred"), np.loadtxt(tmp / "p.pred"))
+    assert "-validation: libFM uses it for -method sgda only" in result.stderr
+    sgda = translate(["-task", "r", "-train", "t", "-method", "sgda", "-validation", "v"]).train_args
+    assert sgda[sgda.index("--validation") + 1] == "v"
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

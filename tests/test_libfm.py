@@ -156,6 +156,25 @@ def test_validation_is_ignored_but_by_sgda(files, method, setting):
     assert sgda[sgda.index("--validation") + 1] == "v"
 
 
+@pytest.mark.parametrize("method", ["sgd", "als", "mcmc"])
+def test_test_without_out_reports_its_metric(files, method):
+    """libFM's usual line, -test and no -out: the test metric on stderr, no file; with -out, the same metric."""
+    tmp = files["tmp"]
+    common = ["libfm", "-task", "r", "-method", method, "-train", files["rtrain"], "-test", files["rtest"],
+              "-iter", "3", "-seed", "2", *(["-learn_rate", "0.01"] if method == "sgd" else [])]
+    alone = run(common)
+    assert alone.exit_code == 0, alone.output
+    assert list(tmp.iterdir()) == []
+    line = next(line for line in alone.stderr.splitlines() if line.startswith("rafm: test "))
+    rmse = float(line.split(" rmse ")[1].split()[0])
+    labels = np.loadtxt(files["rtest"], usecols=0)
+    with_out = run([*common, "-out", str(tmp / "p.pred")])
+    assert line in with_out.stderr
+    assert rmse == pytest.approx(np.sqrt(np.mean((np.loadtxt(tmp / "p.pred") - labels) ** 2)), rel=1e-5)
+    refused = run(["train", "--task", "r", "--train", files["rtrain"], "--test", files["rtest"], "--iter", "1"])
+    assert refused.exit_code == 2 and "--test needs --out" in refused.output  # rafm train itself: as before
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

@@ -6,16 +6,29 @@ import click
 
 LIBFM_HELP = """Run a libFM command line: rafm libfm -task r -train FILE -test FILE -dim '1,1,8' ...
 
-libFM's options and defaults: -task r|c, -train, -test, -validation,
+libFM's options and defaults: -task r|c, -train, -test (its metrics on
+stderr), -out (optional), -validation (sgda only),
 -dim 'k0,k1,k' (bias, linear, rank; 1,1,8), -iter (100), -method
 sgd|sgda|als|mcmc (mcmc; sgda needs -validation), -learn_rate (0.1, sgd), -regular (r or r0,r1,r2; 0), -init_stdev
-(0.1), -meta, -out, -rlog, -save_model (text, libFM's layout),
+(0.1), -meta, -rlog, -save_model (text, libFM's layout),
 -load_model (libFM's text or a rafm model), -seed, -verbosity, -cache_size
 (accepted, not needed). -relation is refused. Files may also be libFFM
 (label field:index:value, which libFM cannot read): their fields are then
 the groups of mcmc and als, as a -meta file's would be (-meta overrides
 them). See man rafm-libfm.
 """
+
+
+TEST_METRICS = "rafm.libfm.test_metrics"  # click meta key: rafm train reports --test's metrics, --out optional
+
+
+def test_report(task, name, labels, predictions):
+    """The stderr line of a test file's metrics (libFM's Test=)."""
+    from rafmcli.errors import printable
+    from rafmcli.metrics import evaluate
+
+    shown = " ".join(f"{k} {v:.6g}" for k, v in evaluate(task, labels, predictions).items())
+    return f"rafm: test {printable(name)}: {shown} ({len(labels):,} rows)"
 
 
 class LibfmAwareCommand(click.Command):
@@ -56,5 +69,6 @@ def libfm(ctx, args):
         return
     for note in translation.notes:
         click.echo(f"rafm: {note}", err=True)
+    ctx.meta[TEST_METRICS] = True
     with train.make_context("rafm train", list(translation.train_args), parent=ctx) as sub:
         train.invoke(sub)

@@ -180,6 +180,18 @@ def test_sections_of_unused_terms_are_left_out(sample, tmp_path, off):
     np.testing.assert_allclose([score(samples, row) for row in rows_of(test)], expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("method", ["sgd", "als", "mcmc"])
+def test_dump_model_is_the_dump_of_the_saved_model(sample, tmp_path, method):
+    """rafm train --dump-model (rafm libfm -save_model) writes of the model in memory what rafm dump
+    writes of its file: plain numbers (not numpy's 'np.float64(...)', which libFM reads as 0)."""
+    saved, dumped = tmp_path / "m.rafm", tmp_path / "m.txt"
+    result = run(["train", "--task", "c", "--model", "fm", "--dim", "4", "--method", method, "--iter", "6",
+                  "--train", sample("classification.train"), "--save-model", str(saved), "--dump-model", str(dumped),
+                  "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert dumped.read_text() == run(["dump", "--model", str(saved)]).stdout
+
+
 def test_mcmc_dump_puts_no_single_sample_where_one_model_is_read(sample, tmp_path):
     """K > 1: the text starts with '#rafm sample 1 of K', the JSON has draws and no top-level model;
     rafm's own reader of text models refuses the text in one line."""

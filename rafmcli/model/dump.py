@@ -46,7 +46,7 @@ def _floats(values):
 
 def _trailer(model):
     return (f"#rafm model={model.kind} task={model.task} ranks={','.join(map(str, model.ranks))} "
-            f"target_min={model.target_min!r} target_max={model.target_max!r} link={model.link} "
+            f"target_min={float(model.target_min)!r} target_max={float(model.target_max)!r} link={model.link} "
             f"samples={len(draws(model))}\n")
 
 
@@ -96,7 +96,7 @@ def _write_block(model, fh):
     row_of = np.full(n, -1, dtype=np.int64)
     row_of[model.feature_ids] = np.arange(model.feature_ids.shape[0])
     if _trained_with(model, "bias"):
-        fh.write(f"#global bias W0\n{model.w0!r}\n")
+        fh.write(f"#global bias W0\n{float(model.w0)!r}\n")
     if _trained_with(model, "linear"):
         fh.write("#unary interactions Wj\n")
         w = np.zeros(n, dtype=np.float32)

@@ -18,6 +18,7 @@ WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "l
               "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
               "cache_size", "relation")
 FLAGS = ("help",)
+TRAINING_ONLY = ("validation", "learn_rate", "regular", "init_stdev", "meta", "rlog", "seed")  # unused by -iter 0
 LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
 DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
           "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
@@ -30,11 +31,13 @@ class LibfmError(ValueError):
 
 @dataclass
 class Translation:
-    """``rafm train`` arguments for a libFM command line, and one-line notes for stderr."""
+    """``rafm train`` arguments for a libFM command line (or, -iter 0, predict_only's), and one-line
+    notes for stderr."""
 
     train_args: list
     notes: list = field(default_factory=list)
     help: bool = False
+    predict_only: bool = False  # -iter 0: train_args are rafmcli.cli.libfm.predict_only's
 
 
 def split_list(text):
@@ -128,17 +131,36 @@ def translate(argv):
             args += ["--meta", given["meta"]] + (["--group-precision"] if method == "mcmc" else [])
     elif method != "sgd":
         args += ["--no-auto-groups"]  # libFM without -meta: one group (a libFFM file's fields still are groups)
+    if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
+        raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
+    if "cache_size" in given and not given["cache_size"].isdigit():
+        raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
+    if values["iter"].isdigit() and int(values["iter"]) == 0:
+        return _predict_only(given, dim[2])
     if "validation" in given and method != "sgda":
         del values["validation"]
         notes.append("-validation: libFM uses it for -method sgda only; the file is not used")
     for name, option in DIRECT.items():
         if name in values:
             args += [option, values[name]]
-    if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
-        raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
-    if "cache_size" in given and not given["cache_size"].isdigit():
-        raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
     return Translation(args, notes)
+
+
+def _predict_only(given, rank):
+    """-iter 0 -load_model M: libFM's way to apply a saved model; ``predict_only`` arguments, no training."""
+    if "load_model" not in given:
+        raise LibfmError("-iter 0 predicts -test with the model of -load_model FILE: give one (rafm does not "
+                         "predict with an untrained model)")
+    if "test" not in given:
+        raise LibfmError("-iter 0 -load_model FILE predicts -test FILE: give one")
+    args = ["--task", given["task"], "--train", given["train"], "--test", given["test"],
+            "--init-model", given["load_model"], "--dim", rank]
+    for name in ("out", "save_model"):
+        if name in given:
+            args += [DIRECT[name], given[name]]
+    unused = [f"-{name}" for name in TRAINING_ONLY if name in given]
+    return Translation(args, ["-iter 0: no training, -test is predicted with the model of -load_model"
+                              + (f"; {', '.join(unused)} not used" if unused else "")], predict_only=True)
 
 
 def looks_like_libfm(args):

@@ -175,6 +175,34 @@ def test_test_without_out_reports_its_metric(files, method):
     assert refused.exit_code == 2 and "--test needs --out" in refused.output  # rafm train itself: as before
 
 
+@pytest.mark.parametrize("task,method", [("r", "sgd"), ("c", "als")])
+def test_iter_0_predicts_with_the_loaded_model(files, task, method):
+    """libFM's way to apply a saved model: -iter 0 -load_model M -test G -out P, no training; the ALS
+    classifier's text keeps its probit link, libFM's own text (no rafm line) clips to -train's targets."""
+    tmp = files["tmp"]
+    data = ["-task", task, "-method", method, "-dim", "1,1,4", "-train", files[task + "train"],
+            "-test", files[task + "test"]]
+    trained = run(["libfm", *data, "-iter", "4", "-learn_rate", "0.01", "-save_model", str(tmp / "m.txt"),
+                   "-out", str(tmp / "a.pred")])
+    assert trained.exit_code == 0, trained.output
+    text = (tmp / "m.txt").read_text()
+    assert ("link=probit" in text) == (method == "als")
+    (tmp / "libfm.txt").write_text("".join(line for line in text.splitlines(True) if not line.startswith("#rafm")))
+    for model in ("m.txt", "libfm.txt") if task == "r" else ("m.txt",):
+        result = run(["libfm", *data, "-iter", "0", "-load_model", str(tmp / model), "-out", str(tmp / "b.pred"),
+                      "-save_model", str(tmp / "again.txt")])
+        assert result.exit_code == 0, result.output
+        assert "-iter 0: no training" in result.stderr and "rafm: test " in result.stderr
+        np.testing.assert_allclose(np.loadtxt(tmp / "b.pred"), np.loadtxt(tmp / "a.pred"), rtol=1e-6, atol=1e-6)
+        assert (tmp / "again.txt").read_text().split("#rafm")[0] == text.split("#rafm")[0]
+    refusals = ((["-dim", "1,1,8"], "its ranks are 4, not 8"), ([], "give one"), (["-method", "mcmc"], "-load_model"))
+    for bad, words in refusals:
+        (tmp / "c.pred").unlink(missing_ok=True)
+        load = [] if not bad else ["-load_model", str(tmp / "m.txt")]
+        result = run(["libfm", *data, "-iter", "0", *load, *bad, "-out", str(tmp / "c.pred")])
+        assert result.exit_code == 2 and words in result.output and not (tmp / "c.pred").exists()
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

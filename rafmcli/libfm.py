@@ -91,7 +91,9 @@ def translate(argv):
     if len(dim) != 3 or not all(d.isdigit() for d in dim):
         raise LibfmError(f"-dim {values['dim']}: expected 'k0,k1,k' (bias 0/1, linear 0/1, rank)")
     if int(dim[2]) < 1:
-        raise LibfmError(f"-dim {values['dim']}: rafm needs a rank of at least 1")
+        raise LibfmError(f"-dim {values['dim']}: rafm has no rank-0 model; for libFM's linear model give -dim "
+                         f"'{dim[0]},{dim[1]},1' -init_stdev 0 with -method sgd, sgda or als (factors that start "
+                         f"at 0 stay 0; mcmc draws them)")
     args += ["--bias" if int(dim[0]) else "--no-bias", "--linear" if int(dim[1]) else "--no-linear",
              "--dim", dim[2]]
     reg = split_list(values["regular"])

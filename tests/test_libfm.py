@@ -92,6 +92,19 @@ def test_no_bias_no_linear_model(files):
     assert model.w0 == 0 and not np.any(model.w) and model.ranks == (4,)
 
 
+@pytest.mark.parametrize("method", ["sgd", "als"])
+def test_rank_0_is_refused_with_the_linear_model_to_run(files, method):
+    """libFM's -dim 1,1,0 (no factors): rafm has no rank 0; the line the message gives trains factors that stay 0."""
+    with pytest.raises(LibfmError, match=r"-dim 1,1,0: rafm has no rank-0 model; .* -dim '1,1,1' -init_stdev 0"):
+        translate(["-task", "r", "-train", "t", "-dim", "1,1,0", "-method", method])
+    saved = files["tmp"] / "m.txt"
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,1", "-init_stdev", "0", "-iter", "5",
+                  "-method", method, "-learn_rate", "0.01", "-save_model", str(saved)])
+    assert result.exit_code == 0, result.output
+    model = model_files.load(str(saved), text_ok=True)
+    assert not np.any(model.V) and np.any(model.w)
+
+
 def test_save_model_is_libfm_text_and_load_model_continues(files):
     tmp = files["tmp"]
     common = ["-task", "r", "-test", files["rtest"], "-dim", "1,1,4", "-method", "sgd", "-learn_rate", "0.01"]

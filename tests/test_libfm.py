@@ -216,6 +216,20 @@ def test_iter_0_predicts_with_the_loaded_model(files, task, method):
         assert result.exit_code == 2 and words in result.output and not (tmp / "c.pred").exists()
 
 
+def test_a_repeated_index_sums_where_libfm_keeps_both(tmp_path):
+    """README: rafm reads '1:1 1:0.5' as '1:1.5'; libFM keeps both entries, adding <v_1, v_1>*1*0.5: with
+    w_1 = 0.5, v_1 = (1, 2), libFM 1.4.4 -iter 0 predicts 3.25 and 0.75, rafm 0.75 twice."""
+    model, rows, train = tmp_path / "m.txt", tmp_path / "rows.libfm", tmp_path / "train.libfm"
+    model.write_text("#global bias W0\n0\n#unary interactions Wj\n0\n0.5\n#pairwise interactions Vj,f\n0 0\n1 2\n")
+    rows.write_text("0 1:1 1:0.5\n0 1:1.5\n")
+    train.write_text("-100 0:1\n100 0:1\n")
+    result = run(["libfm", "-task", "r", "-method", "sgd", "-train", str(train), "-test", str(rows), "-dim", "1,1,2",
+                  "-iter", "0", "-load_model", str(model), "-out", str(tmp_path / "p.pred")])
+    assert result.exit_code == 0, result.output
+    assert "1 rows repeat a feature index" in result.stderr
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "p.pred"), [0.75, 0.75])
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

@@ -4,7 +4,7 @@ libFM's meaning and defaults (libFM 1.4.4, src/libfm/libfm.cpp): ``-dim
 'k0,k1,k'`` switches the bias and the linear weights and sets the rank
 (default 1,1,8); ``-regular`` is one value for all three or r0,r1,r2
 (default 0); ``-init_stdev`` 0.1; ``-learn_rate`` 0.1; ``-iter`` 100; no
-hold-out and no early stopping; ``-save_model`` and ``-load_model`` are
+hold-out and no early stopping; ``-validation`` for sgda only; ``-save_model`` and ``-load_model`` are
 text models in libFM's layout. Options are ``-name value`` or
 ``--name value``; lists are separated by commas or semicolons.
 """
@@ -18,6 +18,7 @@ WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "l
               "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
               "cache_size", "relation")
 FLAGS = ("help",)
+TRAINING_ONLY = ("validation", "learn_rate", "regular", "init_stdev", "meta", "rlog", "seed")  # unused by -iter 0
 LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
 DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
           "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
@@ -30,11 +31,13 @@ class LibfmError(ValueError):
 
 @dataclass
 class Translation:
-    """``rafm train`` arguments for a libFM command line, and one-line notes for stderr."""
+    """``rafm train`` arguments for a libFM command line (or, -iter 0, predict_only's), and one-line
+    notes for stderr."""
 
     train_args: list
     notes: list = field(default_factory=list)
     help: bool = False
+    predict_only: bool = False  # -iter 0: train_args are rafmcli.cli.libfm.predict_only's
 
 
 def split_list(text):
@@ -88,7 +91,9 @@ def translate(argv):
     if len(dim) != 3 or not all(d.isdigit() for d in dim):
         raise LibfmError(f"-dim {values['dim']}: expected 'k0,k1,k' (bias 0/1, linear 0/1, rank)")
     if int(dim[2]) < 1:
-        raise LibfmError(f"-dim {values['dim']}: rafm needs a rank of at least 1")
+        raise LibfmError(f"-dim {values['dim']}: rafm has no rank-0 model; for libFM's linear model give -dim "
+                         f"'{dim[0]},{dim[1]},1' -init_stdev 0 with -method sgd, sgda or als (factors that start "
+                         f"at 0 stay 0; mcmc draws them)")
     args += ["--bias" if int(dim[0]) else "--no-bias", "--linear" if int(dim[1]) else "--no-linear",
              "--dim", dim[2]]
     reg = split_list(values["regular"])
@@ -125,21 +130,39 @@ def translate(argv):
         if method == "sgd":
             notes.append("-meta: libFM's groups are used by -method mcmc and als only; -method sgd ignores them")
         else:
-            args += ["--meta", given["meta"]]
-            if method == "mcmc":
-                notes.append("-meta: rafm's groups share each prior precision and keep their own means; "
-                             "add --group-precision for libFM's precision per group")
-    for name, option in DIRECT.items():
-        if name in values:
-            args += [option, values[name]]
-    if "validation" in given:
-        notes.append("-validation: rafm reports its metrics each iteration"
-                     + (" and keeps the best iteration" if method != "mcmc" else ""))
+            args += ["--meta", given["meta"]] + (["--group-precision"] if method == "mcmc" else [])
+    elif method != "sgd":
+        args += ["--no-auto-groups"]  # libFM without -meta: one group (a libFFM file's fields still are groups)
     if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
         raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
     if "cache_size" in given and not given["cache_size"].isdigit():
         raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
+    if values["iter"].isdigit() and int(values["iter"]) == 0:
+        return _predict_only(given, dim[2])
+    if "validation" in given and method != "sgda":
+        del values["validation"]
+        notes.append("-validation: libFM uses it for -method sgda only; the file is not used")
+    for name, option in DIRECT.items():
+        if name in values:
+            args += [option, values[name]]
     return Translation(args, notes)
+
+
+def _predict_only(given, rank):
+    """-iter 0 -load_model M: libFM's way to apply a saved model; ``predict_only`` arguments, no training."""
+    if "load_model" not in given:
+        raise LibfmError("-iter 0 predicts -test with the model of -load_model FILE: give one (rafm does not "
+                         "predict with an untrained model)")
+    if "test" not in given:
+        raise LibfmError("-iter 0 -load_model FILE predicts -test FILE: give one")
+    args = ["--task", given["task"], "--train", given["train"], "--test", given["test"],
+            "--init-model", given["load_model"], "--dim", rank]
+    for name in ("out", "save_model"):
+        if name in given:
+            args += [DIRECT[name], given[name]]
+    unused = [f"-{name}" for name in TRAINING_ONLY if name in given]
+    return Translation(args, ["-iter 0: no training, -test is predicted with the model of -load_model"
+                              + (f"; {', '.join(unused)} not used" if unused else "")], predict_only=True)
 
 
 def looks_like_libfm(args):

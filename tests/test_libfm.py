@@ -87,8 +87,22 @@ def test_no_bias_no_linear_model(files):
     result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-dim", "0,0,4", "-iter", "3", "-method", "sgd",
                   "-learn_rate", "0.01", "-save_model", str(saved)])
     assert result.exit_code == 0, result.output
+    assert saved.read_text().startswith("#pairwise interactions Vj,f\n")  # as libFM's -dim 0,0,4 writes and reads
     model = model_files.load(str(saved), text_ok=True)
     assert model.w0 == 0 and not np.any(model.w) and model.ranks == (4,)
+
+
+@pytest.mark.parametrize("method", ["sgd", "als"])
+def test_rank_0_is_refused_with_the_linear_model_to_run(files, method):
+    """libFM's -dim 1,1,0 (no factors): rafm has no rank 0; the line the message gives trains factors that stay 0."""
+    with pytest.raises(LibfmError, match=r"-dim 1,1,0: rafm has no rank-0 model; .* -dim '1,1,1' -init_stdev 0"):
+        translate(["-task", "r", "-train", "t", "-dim", "1,1,0", "-method", method])
+    saved = files["tmp"] / "m.txt"
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,1", "-init_stdev", "0", "-iter", "5",
+                  "-method", method, "-learn_rate", "0.01", "-save_model", str(saved)])
+    assert result.exit_code == 0, result.output
+    model = model_files.load(str(saved), text_ok=True)
+    assert not np.any(model.V) and np.any(model.w)
 
 
 def test_save_model_is_libfm_text_and_load_model_continues(files):
@@ -120,12 +134,100 @@ def test_meta_is_accepted_with_a_note(files, tmp_path):
     assert result.exit_code == 0 and "-meta" in result.stderr
 
 
-def test_mcmc_meta_says_the_precisions_are_shared():
-    """libFM's -meta gives each group its own prior precision; rafm shares them unless told."""
-    done = translate(["-task", "r", "-train", "t", "-method", "mcmc", "-meta", "g.txt"])
-    assert "--meta" in done.train_args and any("--group-precision" in note for note in done.notes)
-    als = translate(["-task", "r", "-train", "t", "-method", "als", "-meta", "g.txt"])
-    assert not any("precision" in note for note in als.notes)
+@pytest.mark.parametrize("method", ["sgd", "sgda", "als", "mcmc"])
+def test_groups_as_libfm_has_them(method):
+    """Without -meta libFM has one group (no inferred fields); with it, mcmc draws a prior precision per group."""
+    extra = ["-validation", "v"] if method == "sgda" else []
+    plain = translate(["-task", "r", "-train", "t", "-method", method, *extra]).train_args
+    assert ("--no-auto-groups" in plain) == (method != "sgd")
+    meta = translate(["-task", "r", "-train", "t", "-method", method, "-meta", "g.txt", *extra]).train_args
+    assert "--no-auto-groups" not in meta and ("--group-precision" in meta) == (method == "mcmc")
+
+
+def test_one_group_without_meta(files):
+    result = run(["libfm", "-task", "r", "-train", files["rtrain"], "-iter", "2"])
+    assert result.exit_code == 0 and "inferred" not in result.stderr
+    meta = files["tmp"] / "groups.meta"
+    meta.write_text("0\n1\n")
+    assert run(["libfm", "-task", "r", "-train", files["rtrain"], "-iter", "2", "-meta", str(meta)]).exit_code == 0
+
+
+@pytest.mark.parametrize("method,setting", [("sgd", ["-learn_rate", "0.02", "-regular", "0"]),
+                                            ("als", ["-regular", "10"])])
+def test_validation_is_ignored_but_by_sgda(files, method, setting):
+    """libFM: 'Validation data is only used for SGDA': -iter 30 gives iteration 30, not the best on -validation
+    (iteration 29 for sgd, 13 for als here)."""
+    tmp = files["tmp"]
+    common = ["-task", "r", "-train", files["rtrain"], "-test", files["rtest"], "-method", method, "-iter", "30",
+              "-dim", "1,1,16", "-init_stdev", "0.3", "-seed", "1", *setting]
+    result = run(["libfm", *common, "-validation", files["rval"], "-out", str(tmp / "v.pred")])
+    assert result.exit_code == 0, result.output
+    assert run(["libfm", *common, "-out", str(tmp / "p.pred")]).exit_code == 0
+    np.testing.assert_array_equal(np.loadtxt(tmp / "v.pred"), np.loadtxt(tmp / "p.pred"))
+    assert "-validation: libFM uses it for -method sgda only" in result.stderr
+    sgda = translate(["-task", "r", "-train", "t", "-method", "sgda", "-validation", "v"]).train_args
+    assert sgda[sgda.index("--validation") + 1] == "v"
+
+
+@pytest.mark.parametrize("method", ["sgd", "als", "mcmc"])
+def test_test_without_out_reports_its_metric(files, method):
+    """libFM's usual line, -test and no -out: the test metric on stderr, no file; with -out, the same metric."""
+    tmp = files["tmp"]
+    common = ["libfm", "-task", "r", "-method", method, "-train", files["rtrain"], "-test", files["rtest"],
+              "-iter", "3", "-seed", "2", *(["-learn_rate", "0.01"] if method == "sgd" else [])]
+    alone = run(common)
+    assert alone.exit_code == 0, alone.output
+    assert list(tmp.iterdir()) == []
+    line = next(line for line in alone.stderr.splitlines() if line.startswith("rafm: test "))
+    rmse = float(line.split(" rmse ")[1].split()[0])
+    labels = np.loadtxt(files["rtest"], usecols=0)
+    with_out = run([*common, "-out", str(tmp / "p.pred")])
+    assert line in with_out.stderr
+    assert rmse == pytest.approx(np.sqrt(np.mean((np.loadtxt(tmp / "p.pred") - labels) ** 2)), rel=1e-5)
+    refused = run(["train", "--task", "r", "--train", files["rtrain"], "--test", files["rtest"], "--iter", "1"])
+    assert refused.exit_code == 2 and "--test needs --out" in refused.output  # rafm train itself: as before
+
+
+@pytest.mark.parametrize("task,method", [("r", "sgd"), ("c", "als")])
+def test_iter_0_predicts_with_the_loaded_model(files, task, method):
+    """libFM's way to apply a saved model: -iter 0 -load_model M -test G -out P, no training; the ALS
+    classifier's text keeps its probit link, libFM's own text (no rafm line) clips to -train's targets."""
+    tmp = files["tmp"]
+    data = ["-task", task, "-method", method, "-dim", "1,1,4", "-train", files[task + "train"],
+            "-test", files[task + "test"]]
+    trained = run(["libfm", *data, "-iter", "4", "-learn_rate", "0.01", "-save_model", str(tmp / "m.txt"),
+                   "-out", str(tmp / "a.pred")])
+    assert trained.exit_code == 0, trained.output
+    text = (tmp / "m.txt").read_text()
+    assert ("link=probit" in text) == (method == "als")
+    (tmp / "libfm.txt").write_text("".join(line for line in text.splitlines(True) if not line.startswith("#rafm")))
+    for model in ("m.txt", "libfm.txt") if task == "r" else ("m.txt",):
+        result = run(["libfm", *data, "-iter", "0", "-load_model", str(tmp / model), "-out", str(tmp / "b.pred"),
+                      "-save_model", str(tmp / "again.txt")])
+        assert result.exit_code == 0, result.output
+        assert "-iter 0: no training" in result.stderr and "rafm: test " in result.stderr
+        np.testing.assert_allclose(np.loadtxt(tmp / "b.pred"), np.loadtxt(tmp / "a.pred"), rtol=1e-6, atol=1e-6)
+        assert (tmp / "again.txt").read_text().split("#rafm")[0] == text.split("#rafm")[0]
+    refusals = ((["-dim", "1,1,8"], "its ranks are 4, not 8"), ([], "give one"), (["-method", "mcmc"], "-load_model"))
+    for bad, words in refusals:
+        (tmp / "c.pred").unlink(missing_ok=True)
+        load = [] if not bad else ["-load_model", str(tmp / "m.txt")]
+        result = run(["libfm", *data, "-iter", "0", *load, *bad, "-out", str(tmp / "c.pred")])
+        assert result.exit_code == 2 and words in result.output and not (tmp / "c.pred").exists()
+
+
+def test_a_repeated_index_sums_where_libfm_keeps_both(tmp_path):
+    """README: rafm reads '1:1 1:0.5' as '1:1.5'; libFM keeps both entries, adding <v_1, v_1>*1*0.5: with
+    w_1 = 0.5, v_1 = (1, 2), libFM 1.4.4 -iter 0 predicts 3.25 and 0.75, rafm 0.75 twice."""
+    model, rows, train = tmp_path / "m.txt", tmp_path / "rows.libfm", tmp_path / "train.libfm"
+    model.write_text("#global bias W0\n0\n#unary interactions Wj\n0\n0.5\n#pairwise interactions Vj,f\n0 0\n1 2\n")
+    rows.write_text("0 1:1 1:0.5\n0 1:1.5\n")
+    train.write_text("-100 0:1\n100 0:1\n")
+    result = run(["libfm", "-task", "r", "-method", "sgd", "-train", str(train), "-test", str(rows), "-dim", "1,1,2",
+                  "-iter", "0", "-load_model", str(model), "-out", str(tmp_path / "p.pred")])
+    assert result.exit_code == 0, result.output
+    assert "1 rows repeat a feature index" in result.stderr
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "p.pred"), [0.75, 0.75])
 
 
 def test_rafm_train_answers_a_libfm_spelling(files):

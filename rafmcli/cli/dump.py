@@ -10,10 +10,11 @@ from rafmcli.cli.options import OUTPUT, distinct_files
               help="Model file written by rafm train --save-model.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: libFM's layout (one line per feature id), extended per level for RaFM and "
-                   "DiFacto; json: one object with a list of features.")
+                   "DiFacto; json: one object with a list of features. An MCMC model's K > 1 samples: K "
+                   "blocks (text) or a list of draws (json).")
 @click.option("--out", type=OUTPUT, default="-", show_default=True, help="Where to write; - for stdout.")
 def dump(model_path, fmt, out):
-    """Print a model's parameters: bias, linear weights and factors.
+    """Print a model's parameters: bias, linear weights and factors (of every sample of an MCMC model).
 
     The layout and the formula that scores a row from it are in
     rafm-files(5); `libFM -load_model` reads the text of an FM.

@@ -2,7 +2,7 @@
 
 import click
 
-from rafmcli.cli.libfm import LibfmAwareCommand
+from rafmcli.cli.libfm import TEST_METRICS, LibfmAwareCommand, test_report
 from rafmcli.cli.options import (
     BINARY_OUTPUT,
     FLOATS,
@@ -343,7 +343,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     ranks = (dim,) if dim is not None else ranks  # None: chosen from the training rows (ranksets.choose)
     if model_kind == "fm" and ranks is not None and len(ranks) > 1:
         raise click.UsageError("an FM has one rank: use --dim D (or --model rafm/difacto)")
-    if test and not out:
+    report_test = click.get_current_context().meta.get(TEST_METRICS, False)  # rafm libfm: -out is optional
+    if test and not out and not report_test:
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
     if out and not test:
         raise click.UsageError("--out needs --test FILE")
@@ -497,4 +498,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
                 predictions, unseen, distinct = predict_dataset(model, test_data)
             if not quiet:
                 warn_unseen(test, unseen, distinct)
-            outputs.write(out, functools.partial(format_predictions, predictions=predictions), binary=True)
+            if out:
+                outputs.write(out, functools.partial(format_predictions, predictions=predictions), binary=True)
+            if report_test:
+                echo(test_report(task, test, test_data.labels, predictions))

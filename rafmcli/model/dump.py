@@ -3,25 +3,33 @@
 Text (``write_text``), one line per feature id 0..N-1 in every section
 (N = largest id + 1; ids the model never saw are zeros or empty lines)::
 
-    #global bias W0
+    #global bias W0                      (absent when trained without the bias)
     w0
-    #unary interactions Wj
+    #unary interactions Wj               (absent when trained without linear weights)
     w_j                                  (N lines)
     #pairwise interactions Vj,f          (FM: N lines of D values; libFM reads this file)
     #levels kj                           (RaFM, DiFacto: N lines, 0 = never seen)
     #pairwise interactions Vj,f level l (rank D_l)      (RaFM, l = 1..m: v_j^(l) if k_j >= l, else empty)
     #pairwise interactions Vj,f (rank D_kj)             (DiFacto: v_j, D_{k_j} values)
-    #rafm model=KIND task=T ranks=D1,... target_min=A target_max=B
+    #rafm model=KIND task=T ranks=D1,... target_min=A target_max=B link=L samples=K
+
+An MCMC model of K > 1 samples writes K such blocks, each after a line
+``#rafm sample s of K``, then the last line. JSON (``write_json``): the
+header fields with ``w0`` and ``features``, or for K > 1 a list ``draws``
+of {w0, features}.
 
 Scores (paper Eq. 1, Eq. 5): y(x) = w0 + Sum_j w_j x_j + Sum_{i<j} <v_i, v_j>_{ij} x_i x_j
 where the pair product is <v_i, v_j> for FM, <v_i^(l), v_j^(l)> with
 l = min(k_i, k_j) for RaFM, and the dot product of the first D_min(k_i,k_j)
-coordinates for DiFacto. Classification predicts 1/(1+exp(-y)); regression
-clips y to [target_min, target_max]. Values are printed with 9 significant
-digits, enough to give back every float32 exactly.
+coordinates for DiFacto. A prediction is (1/K) Sum_s f(y_s(x)) over the
+samples, f = 1/(1+exp(-y)) (link logit) or Phi(y) (probit) for
+classification, y clipped to [target_min, target_max] for regression, y
+for implicit models; a raw prediction is (1/K) Sum_s y_s(x). Values are
+printed with 9 significant digits, enough to give back every float32 exactly.
 """
 
 import json
+from dataclasses import replace
 
 import numpy as np
 
@@ -38,7 +46,18 @@ def _floats(values):
 
 def _trailer(model):
     return (f"#rafm model={model.kind} task={model.task} ranks={','.join(map(str, model.ranks))} "
-            f"target_min={model.target_min!r} target_max={model.target_max!r}\n")
+            f"target_min={float(model.target_min)!r} target_max={float(model.target_max)!r} link={model.link} "
+            f"samples={len(draws(model))}\n")
+
+
+def draws(model):
+    """One Model per kept sample (an MCMC model's K, sharing its layout), else ``[model]``."""
+    return [replace(model, w0=w0, w=w, V=V, samples=[]) for w0, w, V in model.samples] or [model]
+
+
+def _trained_with(model, name):
+    """Whether the model was trained with option ``name`` ("bias", "linear"); True if unrecorded."""
+    return bool((model.info.get("options") or {}).get(name, True))
 
 
 def vectors(model, j):
@@ -63,13 +82,26 @@ def check_dense(model, path):
 
 def write_text(model, fh):
     """Write the text layout of the module notes to the text handle ``fh``."""
+    samples = draws(model)
+    for s, draw in enumerate(samples, 1):
+        if len(samples) > 1:
+            fh.write(f"#rafm sample {s} of {len(samples)}\n")
+        _write_block(draw, fh)
+    fh.write(_trailer(model))
+
+
+def _write_block(model, fh):
+    """One sample's sections: bias and weights (if trained), levels, factors."""
     n = n_lines(model)
     row_of = np.full(n, -1, dtype=np.int64)
     row_of[model.feature_ids] = np.arange(model.feature_ids.shape[0])
-    fh.write(f"#global bias W0\n{model.w0!r}\n#unary interactions Wj\n")
-    w = np.zeros(n, dtype=np.float32)
-    w[model.feature_ids] = model.w
-    np.savetxt(fh, w, fmt=FLOAT)
+    if _trained_with(model, "bias"):
+        fh.write(f"#global bias W0\n{float(model.w0)!r}\n")
+    if _trained_with(model, "linear"):
+        fh.write("#unary interactions Wj\n")
+        w = np.zeros(n, dtype=np.float32)
+        w[model.feature_ids] = model.w
+        np.savetxt(fh, w, fmt=FLOAT)
     if model.kind == "fm":
         fh.write("#pairwise interactions Vj,f\n")
         dense = np.zeros((n, model.ranks[0]), dtype=np.float32)
@@ -92,31 +124,50 @@ def write_text(model, fh):
             for i in range(n):
                 j = row_of[i]
                 fh.write(_floats(vectors(model, j)[0]) + "\n" if j >= 0 else "\n")
-    fh.write(_trailer(model))
 
 
 def write_json(model, fh):
-    """One JSON object: the header fields and ``features`` sorted by id, each with id, level, w, v."""
-    head = {"format": "rafm-dump", "format_version": 1, "model": model.kind, "task": model.task,
+    """One JSON object: the header fields, then ``w0`` and ``features`` (sorted by id, each with id,
+    level, w, v) of a one-sample model, or ``draws``, a list of {w0, features}, of an MCMC model."""
+    samples = draws(model)
+    head = {"format": "rafm-dump", "format_version": 2, "model": model.kind, "task": model.task,
             "ranks": list(model.ranks), "target_min": model.target_min, "target_max": model.target_max,
-            "w0": model.w0}
-    fh.write(json.dumps(head)[:-1] + ', "features": [')
+            "link": model.link, "samples": len(samples)}
+    fh.write(json.dumps(head)[:-1])
+    if len(samples) == 1:
+        fh.write(", ")
+        _write_draw(model, fh)
+        fh.write("}\n")
+        return
+    fh.write(', "draws": [')
+    for s, draw in enumerate(samples):
+        fh.write(("," if s else "") + "\n{")
+        _write_draw(draw, fh)
+        fh.write("}")
+    fh.write("\n]}\n")
+
+
+def _write_draw(model, fh):
+    """``"w0": ..., "features": [...]`` of one sample, one feature a line."""
+    fh.write(f'"w0": {json.dumps(model.w0)}, "features": [')
     order = np.argsort(model.feature_ids, kind="stable")
     for n, j in enumerate(order):
         vs = ", ".join("[" + ", ".join(FLOAT % x for x in v) + "]" for v in vectors(model, j))
         fh.write(("," if n else "") + f'\n {{"id": {int(model.feature_ids[j])}, '
                  f'"level": {int(model.levels[j])}, "w": {FLOAT % model.w[j]}, "v": [{vs}]}}')
-    fh.write("\n]}\n")
+    fh.write("\n]")
 
 
 def read_text(path):
     """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM).
 
     Line j of each section is feature id j; every id becomes a feature of
-    level 1. The task and clipping range come from rafm's last line when
-    present; otherwise the task is None (the caller's) and the range empty
-    (the new training data's).
+    level 1; a missing bias or weights section is zeros. The task, clipping
+    range and link come from rafm's last line when present; otherwise the
+    task is None (the caller's), the range empty (the new training data's)
+    and the link logit. A dump of several MCMC samples is refused.
     """
+    from rafmcli.model.files import LINKS, TASKS
     from rafmcli.model.layout import Model, aligned_copy
 
     sections, name = {}, None
@@ -124,6 +175,9 @@ def read_text(path):
         with open(path, encoding="ascii") as fh:
             for line_no, line in enumerate(fh, 1):
                 line = line.rstrip("\r\n")
+                if line.startswith("#rafm sample "):
+                    raise InputError(f"{path}:{line_no}: '{line}': a dump of an MCMC model's samples cannot be "
+                                     f"loaded (its predictions average them); use its .rafm model file")
                 if line.startswith("#"):
                     name = line.split(" level ")[0] if line.startswith("#pairwise") else line
                     sections[name] = []
@@ -139,17 +193,19 @@ def read_text(path):
     rows = sections.get("#pairwise interactions Vj,f")
     if not rows:
         raise InputError(f"{path}: no '#pairwise interactions Vj,f' section: not a libFM model")
+    meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
     try:
         V = np.array([[float(t) for t in row.split()] for row in rows], dtype=np.float32)
         w = np.array([float(t) for t in sections.get("#unary interactions Wj", ["0"] * len(rows))],
                      dtype=np.float32)
-        w0 = float(sections.get("#global bias W0", ["0"])[0])
+        w0 = float((sections.get("#global bias W0") or ["0"])[0])
+        target = float(meta.get("target_min", "inf")), float(meta.get("target_max", "-inf"))
     except ValueError as exc:
         raise InputError(f"{path}: not a number in the model ({exc})") from None
     if V.ndim != 2 or V.shape[1] == 0 or w.shape[0] != V.shape[0] or not np.all(np.isfinite(V)):
         raise InputError(f"{path}: damaged libFM model (sections of different lengths or ragged factors)")
-    meta = next((dict(kv.split("=", 1) for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
+    if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
+        raise InputError(f"{path}: damaged rafm line: task, link or samples not one of rafm's")
     n = V.shape[0]
     return Model("fm", meta.get("task"), (V.shape[1],), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8),
-                 w0, w, aligned_copy(V.ravel()), float(meta.get("target_min", "inf")),
-                 float(meta.get("target_max", "-inf")))
+                 w0, w, aligned_copy(V.ravel()), *target, link=meta.get("link", "logit"))

@@ -554,7 +554,8 @@ class FMClassifier(_FMEstimator):
         return (y == self.classes_[1]).astype(np.float64)
 
     def decision_function(self, X):
-        """Margins: log-odds of the positive class ``classes_[1]``."""
+        """Margins: log-odds of the positive class ``classes_[1]`` (``rafm predict --raw``; an MCMC
+        model's mean margin, whose sign may differ from ``predict`` near P = 0.5)."""
         return self._margins(X)
 
     def predict_proba(self, X):
@@ -563,7 +564,8 @@ class FMClassifier(_FMEstimator):
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X):
-        positive = self.decision_function(X) > 0
+        """The class ``predict_proba`` finds likelier: ``classes_[1]`` above 0.5, ``classes_[0]`` at or below."""
+        positive = self.predict_proba(X)[:, 1] > 0.5
         return self.classes_[positive.astype(int)]
 
     def score(self, X, y):

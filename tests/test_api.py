@@ -137,6 +137,18 @@ def test_string_classes_survive_save_and_load(tmp_path):
         est.fit(X, y, eval_set=(X, np.where(y == "yes", "maybe", y)))
 
 
+def test_predict_follows_predict_proba(sample):
+    """predict is classes_[argmax(predict_proba)], an MCMC model's too, whose probability (the mean
+    of its samples' Phi) and mean margin can fall on either side of 0.5; a tie goes to classes_[0]."""
+    X, y = api.read_data(sample("classification.train"))
+    est = api.FMClassifier(ranks=(2, 8), method="mcmc", iters=20, threads=1).fit(X, y)
+    proba = est.predict_proba(X)
+    assert np.any((est.decision_function(X) > 0) != (proba[:, 1] > 0.5))  # the rows at stake
+    np.testing.assert_array_equal(est.predict(X), est.classes_[np.argmax(proba, axis=1)])
+    est.predict_proba = lambda X: np.array([[0.5, 0.5], [0.4, 0.6]])
+    np.testing.assert_array_equal(est.predict(X[:2]), est.classes_)
+
+
 def test_errors_are_python_errors(sample, tmp_path):
     bad = tmp_path / "bad.libfm"
     bad.write_text("1 3:1\n1 3:x\n")

@@ -21,6 +21,8 @@ fit or predict.
 """
 
 import dataclasses
+import math
+import numbers
 import sys
 
 import numpy as np
@@ -42,6 +44,27 @@ IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positiv
 def _option_names():
     """The Options fields an estimator exposes: all but ``task`` (the class fixes it) and IMPLICIT_ONLY."""
     return [f.name for f in dataclasses.fields(table.Options) if f.name != "task" and f.name not in IMPLICIT_ONLY]
+
+
+def _check_range(name, value):
+    """Refuse (ValueError) a value of option ``name`` outside its range in options.RANGES, or a
+    sequence (reg_factors, negative_groups) with one such value."""
+    allowed = table.RANGES[name]
+    kind = numbers.Integral if allowed.integer else numbers.Real
+    many = np.ndim(value) > 0
+    for v in value if many else (value,):
+        if not (isinstance(v, kind) and not isinstance(v, bool) and (allowed.integer or math.isfinite(v))
+                and (v > allowed.low if allowed.low_open else v >= allowed.low)
+                and (allowed.high is None or (v < allowed.high if allowed.high_open else v <= allowed.high))):
+            high = "inf)" if allowed.high is None else f"{allowed.high}{')' if allowed.high_open else ']'}"
+            raise ValueError(f"{name} must be {'an integer' if allowed.integer else 'a number'} in "
+                             f"{'(' if allowed.low_open else '['}{allowed.low}, {high}, not {v!r}"
+                             + (f" (in {value!r})" if many else ""))
+
+
+def _check_choice(name, value, allowed):
+    if not (isinstance(value, str) and value in allowed):
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 # ---- data ------------------------------------------------------------------------------------
@@ -265,10 +288,19 @@ class _FMEstimator:
         rows (:func:`rafmcli.solvers.sgd.race`), as ``rafm train`` does without --regular and
         --learn-rate.
         """
+        from rafmcli.metrics import names as metric_names
+
         given = {name: getattr(self, name) for name in _option_names() if getattr(self, name) is not None}
+        for name, value in given.items():
+            if name in table.RANGES:
+                _check_range(name, value)
+        for name, allowed in (("model", table.MODELS), ("method", table.METHODS), ("variant", table.VARIANTS),
+                              ("metric", metric_names(self._task))):
+            if name in given:
+                _check_choice(name, given[name], allowed)
+        if "seed" in given:
+            given["seed"] = int(given["seed"]) % (1 << 64)  # as rafm train --seed: a negative s is s + 2^64
         model = given.get("model", table.DEFAULTS.model)
-        if model not in table.MODELS:
-            raise ValueError(f"model must be one of {', '.join(table.MODELS)}, not {model!r}")
         ranks = self._ranks(given.pop("ranks", None), model)
         method = given.get("method", table.DEFAULTS.method)
         for name in table.METHOD_DEFAULTS.get(method, {}):  # per-method defaults (learning rate, als, mcmc)
@@ -277,12 +309,8 @@ class _FMEstimator:
         reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
         opts = table.Options(task=self._task, ranks=ranks,
                              reg_factors=reg if ranks is None else table.per_level(reg, len(ranks)), **given)
-        if int(opts.iters) < 1:
-            raise ValueError(f"iters must be at least 1, not {opts.iters}")
-        if int(opts.threads) < 0:
-            raise ValueError(f"threads must be 0 (every available core) or more, not {opts.threads}")
-        if not opts.learn_rate > 0:
-            raise ValueError(f"learn_rate must be positive, not {opts.learn_rate}")
+        if opts.method == "mcmc" and opts.burn_in is not None and opts.burn_in >= opts.iters:
+            raise ValueError(f"burn_in must be below iters ({opts.iters}), not {opts.burn_in}")
         return opts
 
     @staticmethod
@@ -633,12 +661,13 @@ class FMImplicit(_FMEstimator):
             raise ValueError(f"implicit training uses method {', '.join(table.STEP_METHODS)}, not {self.method!r}")
         opts = super().options()
         given = {name: getattr(self, name) for name in IMPLICIT_ONLY if getattr(self, name) is not None}
+        for name, value in given.items():
+            if name in table.RANGES:
+                _check_range(name, value)
         if "negative_groups" in given:
             given["negative_groups"] = tuple(sorted({int(g) for g in np.atleast_1d(given["negative_groups"])}))
-        if given.get("loss", "softmax") not in ranking_losses():
-            raise ValueError(f"loss must be one of {', '.join(ranking_losses())}, not {given['loss']!r}")
-        if not 0 <= given.get("eval_share", 0.0) <= 1:
-            raise ValueError(f"eval_share must be between 0 and 1, not {given['eval_share']}")
+        if "loss" in given:
+            _check_choice("loss", given["loss"], ranking_losses())
         return dataclasses.replace(opts, **given)
 
     def _feature_groups(self, data):

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from rafmcli import api
 from rafmcli.cli import main
 from rafmcli.model.layout import CACHE_LINE
-from rafmcli.options import METHOD_DEFAULTS, Options
+from rafmcli.options import METHOD_DEFAULTS, METHODS, METRICS, RANGES, VARIANTS, Options, Range
 
 
 def cli(args):
@@ -51,6 +51,65 @@ def test_parameters_are_the_options_table():
     for bad in (dict(model="fm", ranks=(4, 8)), dict(model="ffm"), dict(ranks=(8, 4)), dict(iters=0)):
         with pytest.raises(ValueError):
             api.FMRegressor(**bad).options()
+
+
+def test_ranges_are_the_clis():
+    """options.RANGES and METHODS hold what rafm train's click types take, every range of them."""
+    import click
+
+    from rafmcli.cli.options import SEED, FloatListType, GroupListType
+    from rafmcli.cli.train import train
+
+    types = {p.name: p.type for p in train.params}
+    for name, allowed in RANGES.items():
+        kind = types.get("regular" if name.startswith("reg_") else name)
+        if name in ("beta1", "beta2", "eps"):
+            assert kind is None  # Adam's own, no option of rafm train
+        elif name == "seed":
+            assert allowed == Range(SEED.low, SEED.high, integer=True)
+        elif isinstance(kind, (FloatListType, GroupListType)):
+            assert allowed == Range(0, integer=isinstance(kind, GroupListType)), name
+        else:
+            assert (kind.min, kind.max, kind.min_open, kind.max_open, isinstance(kind, click.IntRange)) == allowed, name
+    assert {n for n, t in types.items() if isinstance(t, (click.IntRange, click.FloatRange))} - set(RANGES) == {"dim"}
+    assert (tuple(types["method"].choices), tuple(types["variant"].choices), tuple(types["metric"].choices)) == (
+        METHODS, VARIANTS, METRICS)
+
+
+@pytest.mark.parametrize("cls,bad", [
+    (api.FMRegressor, dict(reg_factors=-1.0)), (api.FMRegressor, dict(reg_factors=(0.1, -1))),
+    (api.FMRegressor, dict(reg_linear=float("inf"))), (api.FMRegressor, dict(reg_bias=-1)),
+    (api.FMRegressor, dict(init_stdev=-1.0)), (api.FMRegressor, dict(early_stop=-1)),
+    (api.FMRegressor, dict(holdout=0.9)), (api.FMClassifier, dict(holdout=-0.1)), (api.FMRegressor, dict(iters=0)),
+    (api.FMRegressor, dict(iters=2.5)), (api.FMRegressor, dict(threads=-1)), (api.FMRegressor, dict(learn_rate=0)),
+    (api.FMRegressor, dict(learn_rate="fast")), (api.FMRegressor, dict(dependent_rate=0.0)),
+    (api.FMRegressor, dict(dependent_weight=-1)), (api.FMRegressor, dict(seed=2**64)),
+    (api.FMRegressor, dict(seed=True)), (api.FMRegressor, dict(keep_samples=0, method="mcmc")),
+    (api.FMRegressor, dict(burn_in=-1, method="mcmc")), (api.FMRegressor, dict(burn_in=20, method="mcmc", iters=20)),
+    (api.FMRegressor, dict(beta1=1.0)), (api.FMRegressor, dict(eps=0)), (api.FMRegressor, dict(method="lbfgs")),
+    (api.FMRegressor, dict(variant="paper2")), (api.FMRegressor, dict(metric="auc")),
+    (api.FMClassifier, dict(metric="rmse")), (api.FMImplicit, dict(negatives=0)), (api.FMImplicit, dict(alpha1=11)),
+    (api.FMImplicit, dict(alpha2=-1)), (api.FMImplicit, dict(eval_share=1.5)), (api.FMImplicit, dict(top_k=0)),
+    (api.FMImplicit, dict(eval_group=-1)), (api.FMImplicit, dict(negative_groups=(0, -1))),
+    (api.FMImplicit, dict(holdout=0.6))])
+def test_the_api_refuses_what_the_cli_refuses(cls, bad):
+    """At fit, a ValueError naming the parameter and what it takes (rafm train: exit 2)."""
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=rf"^{name} must be (an integer in \[|a number in [\[(]|one of |below iters)"):
+        cls(**bad).fit(np.ones((4, 2)), [0, 1, 0, 1])
+
+
+def test_the_api_takes_what_the_cli_takes():
+    assert api.FMRegressor(method="lbfgs").get_params()["method"] == "lbfgs"  # refused at fit, not before
+    with pytest.raises(ValueError, match=r"^holdout must be a number in \[0, 0.5\], not 0.9$"):
+        api.FMRegressor(holdout=0.9).options()
+    with pytest.raises(ValueError, match="^method must be one of sgd, adagrad, rowwise-adagrad, adam, sgda, als, mcmc, "
+                                         "not 'lbfgs'$"):
+        api.FMRegressor(method="lbfgs").options()
+    opts = api.FMRegressor(holdout=0.5, early_stop=0, threads=0, reg_factors=0, seed=-1, iters=np.int64(3)).options()
+    assert (opts.holdout, opts.early_stop, opts.seed) == (0.5, 0, 2**64 - 1)  # rafm train --seed -1 alike
+    assert api.FMRegressor(method="mcmc", burn_in=19, iters=20).options().burn_in == 19
+    assert api.FMImplicit(negative_groups=[2, 0, 2], eval_share=0).options().negative_groups == (0, 2)
 
 
 @pytest.mark.parametrize("given", [{"ranks": (4, 16)}, {}, {"method": "adam", "reg_factors": 0.05}])

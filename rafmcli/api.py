@@ -571,6 +571,9 @@ class FMClassifier(_FMEstimator):
         if classes.shape[0] < 2:
             raise ValueError(f"FMClassifier needs 2 classes in y, got {classes.shape[0]} class(es) "
                              f"{classes.tolist()}")
+        if self.warm_start and hasattr(self, "model_") and not np.array_equal(classes, self.classes_):
+            raise ValueError(f"a warm fit keeps the classes {self.classes_.tolist()} of the fitted model, not "
+                             f"{classes.tolist()} (warm_start=False fits afresh)")
         self.classes_ = classes
         return self._targets(y, n_rows)
 

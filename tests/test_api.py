@@ -208,6 +208,27 @@ def test_predict_follows_predict_proba(sample):
     np.testing.assert_array_equal(est.predict(X[:2]), est.classes_)
 
 
+def test_a_warm_fit_keeps_the_classes(tmp_path):
+    """A warm fit on other classes would flip the positive class under the continued model: refused,
+    its own or a loaded model's; a cold fit takes the new classes."""
+    X = np.random.default_rng(0).integers(0, 2, (200, 6)).astype(float)
+    y = (X[:, 0] > 0).astype(int)
+    others = np.where(y > 0, "a", "b")
+    est = api.FMClassifier(model="fm", ranks=4, iters=2, holdout=0, warm_start=True).fit(X, y)
+    before = est.predict_proba(X)
+    with pytest.raises(ValueError, match=r"^a warm fit keeps the classes \[0, 1\] of the fitted model, not "
+                                         r"\['a', 'b'\]"):
+        est.fit(X, others)
+    assert list(est.classes_) == [0, 1]
+    np.testing.assert_array_equal(est.predict_proba(X), before)
+    est.fit(X, 1 - y)  # the same classes continue
+    est.save(tmp_path / "m.rafm")
+    loaded = api.load(tmp_path / "m.rafm").set_params(warm_start=True)
+    with pytest.raises(ValueError, match="warm fit keeps the classes"):
+        loaded.fit(X, others)
+    assert list(est.set_params(warm_start=False).fit(X, others).classes_) == ["a", "b"]
+
+
 def test_errors_are_python_errors(sample, tmp_path):
     bad = tmp_path / "bad.libfm"
     bad.write_text("1 3:1\n1 3:x\n")

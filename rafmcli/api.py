@@ -425,10 +425,13 @@ class _FMEstimator:
         return self
 
     def _keep(self, model, n_cols):
+        """Keep ``model``; its info (a saved file's header) records the classes and X's width ``n_cols``
+        (None: unknown, a Dataset's)."""
         self.model_ = model
         if hasattr(self, "classes_"):
             model.info["classes"] = self.classes_.tolist()
         if n_cols is not None:
+            model.info.setdefault("training", {})["n_features_in"] = n_cols
             self.n_features_in_ = n_cols
         elif "n_features_in_" in self.__dict__:
             del self.n_features_in_
@@ -506,7 +509,7 @@ class _FMEstimator:
                      for k, v in trained.items() if k in _option_names()})
         if want == "c":
             est.classes_ = np.asarray(model.info.get("classes", [0, 1]))
-        est._keep(model, None)
+        est._keep(model, _fitted_width(model, path))
         return est
 
 
@@ -777,8 +780,17 @@ class FMImplicit(_FMEstimator):
         trained = model.info.get("options", {})
         names = set(cls._get_param_names())
         est = cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in trained.items() if k in names})
-        est._keep(model, None)
+        est._keep(model, _fitted_width(model, path))
         return est
+
+
+def _fitted_width(model, path):
+    """The columns of the X the API fitted the model of file ``path`` on (its info); None if not recorded."""
+    width = model.info.get("training", {}).get("n_features_in")
+    if width is not None and not (isinstance(width, int) and not isinstance(width, bool) and width > 0):
+        raise ValueError(f"{path}: damaged model file (header 'training' 'n_features_in' must be a positive "
+                         f"integer: {width!r})")
+    return width
 
 
 def ranking_losses():

@@ -229,6 +229,37 @@ def test_a_warm_fit_keeps_the_classes(tmp_path):
     assert list(est.set_params(warm_start=False).fit(X, others).classes_) == ["a", "b"]
 
 
+def test_a_loaded_estimator_knows_the_width_of_x(sample, tmp_path):
+    """n_features_in_ goes with the model file (its info) and pickles, so a loaded estimator refuses
+    a dense X of another width as the fitted one does; a Dataset's fit records none, nor does the CLI."""
+    from rafmcli.model import files
+
+    X, y = api.read_data(sample("classification.train"))
+    dense = X.toarray()
+    est = api.FMClassifier(ranks=(2, 8), iters=2).fit(dense, y)
+    est.save(tmp_path / "m.rafm")
+    for again in (api.load(tmp_path / "m.rafm"), api.FMClassifier.load(tmp_path / "m.rafm"),
+                  pickle.loads(pickle.dumps(api.load(tmp_path / "m.rafm")))):
+        assert again.n_features_in_ == dense.shape[1]
+        with pytest.raises(ValueError, match=f"X has 100 features, but FMClassifier is expecting {dense.shape[1]}"):
+            again.predict(dense[:, :100])
+        np.testing.assert_array_equal(again.predict(X[:, :100]), est.predict(X[:, :100]))  # by id, as before
+    groups = [0, 0, 0, 1, 1, 1]
+    rows = np.eye(6)[np.random.default_rng(1).integers(0, 3, (40, 2)) + [0, 3]].sum(axis=1)
+    api.FMImplicit(groups=groups, model="fm", ranks=2, iters=1, holdout=0).fit(rows).save(tmp_path / "i.rafm")
+    assert api.load(tmp_path / "i.rafm").n_features_in_ == 6
+    model = files.load(str(tmp_path / "m.rafm"))
+    model.info["training"]["n_features_in"] = "1181"
+    files.save(model, str(tmp_path / "bad.rafm"))
+    with pytest.raises(ValueError, match="bad.rafm: damaged model file.*n_features_in.*positive integer"):
+        api.load(tmp_path / "bad.rafm")
+    D, labels = api.read_data(sample("classification.train"), sparse=False)
+    est.fit(D)
+    assert not hasattr(est, "n_features_in_")
+    est.save(tmp_path / "d.rafm")
+    assert not hasattr(api.load(tmp_path / "d.rafm"), "n_features_in_")
+
+
 def test_errors_are_python_errors(sample, tmp_path):
     bad = tmp_path / "bad.libfm"
     bad.write_text("1 3:1\n1 3:x\n")

@@ -46,10 +46,10 @@ def _option_names():
     return [f.name for f in dataclasses.fields(table.Options) if f.name != "task" and f.name not in IMPLICIT_ONLY]
 
 
-def _check_range(name, value):
-    """Refuse (ValueError) a value of option ``name`` outside its range in options.RANGES, or a
-    sequence (reg_factors, negative_groups) with one such value."""
-    allowed = table.RANGES[name]
+def _check_range(name, value, allowed=None):
+    """Refuse (ValueError) a value of option ``name`` outside ``allowed`` (default: its range in
+    options.RANGES), or a sequence (reg_factors, negative_groups) with one such value."""
+    allowed = allowed or table.RANGES[name]
     kind = numbers.Integral if allowed.integer else numbers.Real
     many = np.ndim(value) > 0
     for v in value if many else (value,):
@@ -749,6 +749,7 @@ class FMImplicit(_FMEstimator):
         from rafmcli.predict import kernel_rows
 
         self._check_fitted()
+        _check_range("k", k, table.RANGES["top_k"])  # rafm recommend -k
         group, model = self._group(group), self.model_
         seen = None
         if exclude_seen is not None:

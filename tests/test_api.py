@@ -58,6 +58,7 @@ def test_ranges_are_the_clis():
     import click
 
     from rafmcli.cli.options import SEED, FloatListType, GroupListType
+    from rafmcli.cli.recommend import recommend
     from rafmcli.cli.train import train
 
     types = {p.name: p.type for p in train.params}
@@ -74,6 +75,8 @@ def test_ranges_are_the_clis():
     assert {n for n, t in types.items() if isinstance(t, (click.IntRange, click.FloatRange))} - set(RANGES) == {"dim"}
     assert (tuple(types["method"].choices), tuple(types["variant"].choices), tuple(types["metric"].choices)) == (
         METHODS, VARIANTS, METRICS)
+    k = next(p.type for p in recommend.params if p.name == "top_k")  # rafm recommend -k: FMImplicit.recommend's k
+    assert (k.min, k.max, k.min_open, k.max_open, isinstance(k, click.IntRange)) == RANGES["top_k"]
 
 
 @pytest.mark.parametrize("cls,bad", [
@@ -229,6 +232,25 @@ def test_a_warm_fit_keeps_the_classes(tmp_path):
     assert list(est.set_params(warm_start=False).fit(X, others).classes_) == ["a", "b"]
 
 
+def implicit_rows():
+    """(40 rows of two one-hot groups of 3 features, their groups)."""
+    return np.eye(6)[np.random.default_rng(1).integers(0, 3, (40, 2)) + [0, 3]].sum(axis=1), [0, 0, 0, 1, 1, 1]
+
+
+def implicit_fit(rows, groups):
+    return api.FMImplicit(groups=groups, model="fm", ranks=2, iters=1, holdout=0).fit(rows)
+
+
+def test_recommend_takes_k_from_1():
+    """As rafm recommend -k (exit 2 below 1): k=0 gave empty lists."""
+    rows, groups = implicit_rows()
+    est = implicit_fit(rows, groups)
+    for k in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"^k must be an integer in \[1, inf\), not {k}$"):
+            est.recommend(rows, group=1, k=k)
+    assert [len(names) for names in est.recommend(rows[:2], group=1, k=1)[0]] == [1, 1]
+
+
 def test_a_loaded_estimator_knows_the_width_of_x(sample, tmp_path):
     """n_features_in_ goes with the model file (its info) and pickles, so a loaded estimator refuses
     a dense X of another width as the fitted one does; a Dataset's fit records none, nor does the CLI."""
@@ -244,9 +266,7 @@ def test_a_loaded_estimator_knows_the_width_of_x(sample, tmp_path):
         with pytest.raises(ValueError, match=f"X has 100 features, but FMClassifier is expecting {dense.shape[1]}"):
             again.predict(dense[:, :100])
         np.testing.assert_array_equal(again.predict(X[:, :100]), est.predict(X[:, :100]))  # by id, as before
-    groups = [0, 0, 0, 1, 1, 1]
-    rows = np.eye(6)[np.random.default_rng(1).integers(0, 3, (40, 2)) + [0, 3]].sum(axis=1)
-    api.FMImplicit(groups=groups, model="fm", ranks=2, iters=1, holdout=0).fit(rows).save(tmp_path / "i.rafm")
+    implicit_fit(*implicit_rows()).save(tmp_path / "i.rafm")
     assert api.load(tmp_path / "i.rafm").n_features_in_ == 6
     model = files.load(str(tmp_path / "m.rafm"))
     model.info["training"]["n_features_in"] = "1181"

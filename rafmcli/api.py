@@ -21,6 +21,8 @@ fit or predict.
 """
 
 import dataclasses
+import math
+import numbers
 import sys
 
 import numpy as np
@@ -42,6 +44,27 @@ IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positiv
 def _option_names():
     """The Options fields an estimator exposes: all but ``task`` (the class fixes it) and IMPLICIT_ONLY."""
     return [f.name for f in dataclasses.fields(table.Options) if f.name != "task" and f.name not in IMPLICIT_ONLY]
+
+
+def _check_range(name, value, allowed=None):
+    """Refuse (ValueError) a value of option ``name`` outside ``allowed`` (default: its range in
+    options.RANGES), or a sequence (reg_factors, negative_groups) with one such value."""
+    allowed = allowed or table.RANGES[name]
+    kind = numbers.Integral if allowed.integer else numbers.Real
+    many = np.ndim(value) > 0
+    for v in value if many else (value,):
+        if not (isinstance(v, kind) and not isinstance(v, bool) and (allowed.integer or math.isfinite(v))
+                and (v > allowed.low if allowed.low_open else v >= allowed.low)
+                and (allowed.high is None or (v < allowed.high if allowed.high_open else v <= allowed.high))):
+            high = "inf)" if allowed.high is None else f"{allowed.high}{')' if allowed.high_open else ']'}"
+            raise ValueError(f"{name} must be {'an integer' if allowed.integer else 'a number'} in "
+                             f"{'(' if allowed.low_open else '['}{allowed.low}, {high}, not {v!r}"
+                             + (f" (in {value!r})" if many else ""))
+
+
+def _check_choice(name, value, allowed):
+    if not (isinstance(value, str) and value in allowed):
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 # ---- data ------------------------------------------------------------------------------------
@@ -265,10 +288,19 @@ class _FMEstimator:
         rows (:func:`rafmcli.solvers.sgd.race`), as ``rafm train`` does without --regular and
         --learn-rate.
         """
+        from rafmcli.metrics import names as metric_names
+
         given = {name: getattr(self, name) for name in _option_names() if getattr(self, name) is not None}
+        for name, value in given.items():
+            if name in table.RANGES:
+                _check_range(name, value)
+        for name, allowed in (("model", table.MODELS), ("method", table.METHODS), ("variant", table.VARIANTS),
+                              ("metric", metric_names(self._task))):
+            if name in given:
+                _check_choice(name, given[name], allowed)
+        if "seed" in given:
+            given["seed"] = int(given["seed"]) % (1 << 64)  # as rafm train --seed: a negative s is s + 2^64
         model = given.get("model", table.DEFAULTS.model)
-        if model not in table.MODELS:
-            raise ValueError(f"model must be one of {', '.join(table.MODELS)}, not {model!r}")
         ranks = self._ranks(given.pop("ranks", None), model)
         method = given.get("method", table.DEFAULTS.method)
         for name in table.METHOD_DEFAULTS.get(method, {}):  # per-method defaults (learning rate, als, mcmc)
@@ -277,12 +309,8 @@ class _FMEstimator:
         reg = (reg,) if np.ndim(reg) == 0 else tuple(reg)
         opts = table.Options(task=self._task, ranks=ranks,
                              reg_factors=reg if ranks is None else table.per_level(reg, len(ranks)), **given)
-        if int(opts.iters) < 1:
-            raise ValueError(f"iters must be at least 1, not {opts.iters}")
-        if int(opts.threads) < 0:
-            raise ValueError(f"threads must be 0 (every available core) or more, not {opts.threads}")
-        if not opts.learn_rate > 0:
-            raise ValueError(f"learn_rate must be positive, not {opts.learn_rate}")
+        if opts.method == "mcmc" and opts.burn_in is not None and opts.burn_in >= opts.iters:
+            raise ValueError(f"burn_in must be below iters ({opts.iters}), not {opts.burn_in}")
         return opts
 
     @staticmethod
@@ -397,10 +425,13 @@ class _FMEstimator:
         return self
 
     def _keep(self, model, n_cols):
+        """Keep ``model``; its info (a saved file's header) records the classes and X's width ``n_cols``
+        (None: unknown, a Dataset's)."""
         self.model_ = model
         if hasattr(self, "classes_"):
             model.info["classes"] = self.classes_.tolist()
         if n_cols is not None:
+            model.info.setdefault("training", {})["n_features_in"] = n_cols
             self.n_features_in_ = n_cols
         elif "n_features_in_" in self.__dict__:
             del self.n_features_in_
@@ -478,7 +509,7 @@ class _FMEstimator:
                      for k, v in trained.items() if k in _option_names()})
         if want == "c":
             est.classes_ = np.asarray(model.info.get("classes", [0, 1]))
-        est._keep(model, None)
+        est._keep(model, _fitted_width(model, path))
         return est
 
 
@@ -543,6 +574,9 @@ class FMClassifier(_FMEstimator):
         if classes.shape[0] < 2:
             raise ValueError(f"FMClassifier needs 2 classes in y, got {classes.shape[0]} class(es) "
                              f"{classes.tolist()}")
+        if self.warm_start and hasattr(self, "model_") and not np.array_equal(classes, self.classes_):
+            raise ValueError(f"a warm fit keeps the classes {self.classes_.tolist()} of the fitted model, not "
+                             f"{classes.tolist()} (warm_start=False fits afresh)")
         self.classes_ = classes
         return self._targets(y, n_rows)
 
@@ -554,7 +588,8 @@ class FMClassifier(_FMEstimator):
         return (y == self.classes_[1]).astype(np.float64)
 
     def decision_function(self, X):
-        """Margins: log-odds of the positive class ``classes_[1]``."""
+        """Margins: log-odds of the positive class ``classes_[1]`` (``rafm predict --raw``; an MCMC
+        model's mean margin, whose sign may differ from ``predict`` near P = 0.5)."""
         return self._margins(X)
 
     def predict_proba(self, X):
@@ -563,7 +598,8 @@ class FMClassifier(_FMEstimator):
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X):
-        positive = self.decision_function(X) > 0
+        """The class ``predict_proba`` finds likelier: ``classes_[1]`` above 0.5, ``classes_[0]`` at or below."""
+        positive = self.predict_proba(X)[:, 1] > 0.5
         return self.classes_[positive.astype(int)]
 
     def score(self, X, y):
@@ -631,12 +667,13 @@ class FMImplicit(_FMEstimator):
             raise ValueError(f"implicit training uses method {', '.join(table.STEP_METHODS)}, not {self.method!r}")
         opts = super().options()
         given = {name: getattr(self, name) for name in IMPLICIT_ONLY if getattr(self, name) is not None}
+        for name, value in given.items():
+            if name in table.RANGES:
+                _check_range(name, value)
         if "negative_groups" in given:
             given["negative_groups"] = tuple(sorted({int(g) for g in np.atleast_1d(given["negative_groups"])}))
-        if given.get("loss", "softmax") not in ranking_losses():
-            raise ValueError(f"loss must be one of {', '.join(ranking_losses())}, not {given['loss']!r}")
-        if not 0 <= given.get("eval_share", 0.0) <= 1:
-            raise ValueError(f"eval_share must be between 0 and 1, not {given['eval_share']}")
+        if "loss" in given:
+            _check_choice("loss", given["loss"], ranking_losses())
         return dataclasses.replace(opts, **given)
 
     def _feature_groups(self, data):
@@ -712,6 +749,7 @@ class FMImplicit(_FMEstimator):
         from rafmcli.predict import kernel_rows
 
         self._check_fitted()
+        _check_range("k", k, table.RANGES["top_k"])  # rafm recommend -k
         group, model = self._group(group), self.model_
         seen = None
         if exclude_seen is not None:
@@ -743,8 +781,17 @@ class FMImplicit(_FMEstimator):
         trained = model.info.get("options", {})
         names = set(cls._get_param_names())
         est = cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in trained.items() if k in names})
-        est._keep(model, None)
+        est._keep(model, _fitted_width(model, path))
         return est
+
+
+def _fitted_width(model, path):
+    """The columns of the X the API fitted the model of file ``path`` on (its info); None if not recorded."""
+    width = model.info.get("training", {}).get("n_features_in")
+    if width is not None and not (isinstance(width, int) and not isinstance(width, bool) and width > 0):
+        raise ValueError(f"{path}: damaged model file (header 'training' 'n_features_in' must be a positive "
+                         f"integer: {width!r})")
+    return width
 
 
 def ranking_losses():

@@ -6,6 +6,7 @@ and nowhere else.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MODELS = ("fm", "rafm", "difacto")
 # RaFM training variants (kernels/sgd.py): Algorithm 1, the authors' code, the cascade
@@ -90,6 +91,49 @@ ADAGRAD_START = 1.0
 ADAGRAD_METHODS = ("adagrad", "rowwise-adagrad")  # their sums start at ADAGRAD_START
 # stochastic-gradient methods with lazy per-row steps (kernels/sgd.py): they race, tune and train implicit data
 STEP_METHODS = ("sgd", "adagrad", "rowwise-adagrad", "adam")
+METHODS = (*STEP_METHODS, "sgda", "als", "mcmc")  # rafm train --method
+
+
+class Range(NamedTuple):
+    """The numbers an option takes: low..high (high None: no bound), an open end excluded."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+
+# The ranges of rafm train's numeric options (the click types of rafmcli/cli/train.py, which
+# tests/test_api.py compares with this table); the API refuses other values with a ValueError.
+# reg_*: each value of --regular; negative_groups: each group. beta1, beta2 and eps are no
+# options of rafm train: their ranges are those of Adam itself.
+RANGES = {
+    "iters": Range(1, integer=True),
+    "learn_rate": Range(0, low_open=True),
+    "dependent_rate": Range(0, low_open=True),
+    "dependent_weight": Range(0),
+    "reg_bias": Range(0),
+    "reg_linear": Range(0),
+    "reg_factors": Range(0),
+    "init_stdev": Range(0),
+    "seed": Range(-(1 << 63), (1 << 64) - 1, integer=True),  # a negative s is s + 2^64
+    "threads": Range(0, integer=True),
+    "early_stop": Range(0, integer=True),
+    "holdout": Range(0, 0.5),
+    "burn_in": Range(0, integer=True),  # and, for mcmc, below iters
+    "keep_samples": Range(1, integer=True),
+    "beta1": Range(0, 1, high_open=True),
+    "beta2": Range(0, 1, high_open=True),
+    "eps": Range(0, low_open=True),
+    "negatives": Range(1, integer=True),
+    "alpha1": Range(0, 10),
+    "alpha2": Range(0, 10),
+    "negative_groups": Range(0, integer=True),
+    "eval_group": Range(0, integer=True),
+    "eval_share": Range(0, 1),
+    "top_k": Range(1, integer=True),
+}
 
 # Defaults that differ by --method; the dataclass holds those of adagrad and rowwise-adagrad.
 # sgda is plain SGD (no per-coordinate step sizes) and takes smaller steps; als and mcmc

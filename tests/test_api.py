@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from rafmcli import api
 from rafmcli.cli import main
 from rafmcli.model.layout import CACHE_LINE
-from rafmcli.options import METHOD_DEFAULTS, Options
+from rafmcli.options import METHOD_DEFAULTS, METHODS, METRICS, RANGES, VARIANTS, Options, Range
 
 
 def cli(args):
@@ -51,6 +51,68 @@ def test_parameters_are_the_options_table():
     for bad in (dict(model="fm", ranks=(4, 8)), dict(model="ffm"), dict(ranks=(8, 4)), dict(iters=0)):
         with pytest.raises(ValueError):
             api.FMRegressor(**bad).options()
+
+
+def test_ranges_are_the_clis():
+    """options.RANGES and METHODS hold what rafm train's click types take, every range of them."""
+    import click
+
+    from rafmcli.cli.options import SEED, FloatListType, GroupListType
+    from rafmcli.cli.recommend import recommend
+    from rafmcli.cli.train import train
+
+    types = {p.name: p.type for p in train.params}
+    for name, allowed in RANGES.items():
+        kind = types.get("regular" if name.startswith("reg_") else name)
+        if name in ("beta1", "beta2", "eps"):
+            assert kind is None  # Adam's own, no option of rafm train
+        elif name == "seed":
+            assert allowed == Range(SEED.low, SEED.high, integer=True)
+        elif isinstance(kind, (FloatListType, GroupListType)):
+            assert allowed == Range(0, integer=isinstance(kind, GroupListType)), name
+        else:
+            assert (kind.min, kind.max, kind.min_open, kind.max_open, isinstance(kind, click.IntRange)) == allowed, name
+    assert {n for n, t in types.items() if isinstance(t, (click.IntRange, click.FloatRange))} - set(RANGES) == {"dim"}
+    assert (tuple(types["method"].choices), tuple(types["variant"].choices), tuple(types["metric"].choices)) == (
+        METHODS, VARIANTS, METRICS)
+    k = next(p.type for p in recommend.params if p.name == "top_k")  # rafm recommend -k: FMImplicit.recommend's k
+    assert (k.min, k.max, k.min_open, k.max_open, isinstance(k, click.IntRange)) == RANGES["top_k"]
+
+
+@pytest.mark.parametrize("cls,bad", [
+    (api.FMRegressor, dict(reg_factors=-1.0)), (api.FMRegressor, dict(reg_factors=(0.1, -1))),
+    (api.FMRegressor, dict(reg_linear=float("inf"))), (api.FMRegressor, dict(reg_bias=-1)),
+    (api.FMRegressor, dict(init_stdev=-1.0)), (api.FMRegressor, dict(early_stop=-1)),
+    (api.FMRegressor, dict(holdout=0.9)), (api.FMClassifier, dict(holdout=-0.1)), (api.FMRegressor, dict(iters=0)),
+    (api.FMRegressor, dict(iters=2.5)), (api.FMRegressor, dict(threads=-1)), (api.FMRegressor, dict(learn_rate=0)),
+    (api.FMRegressor, dict(learn_rate="fast")), (api.FMRegressor, dict(dependent_rate=0.0)),
+    (api.FMRegressor, dict(dependent_weight=-1)), (api.FMRegressor, dict(seed=2**64)),
+    (api.FMRegressor, dict(seed=True)), (api.FMRegressor, dict(keep_samples=0, method="mcmc")),
+    (api.FMRegressor, dict(burn_in=-1, method="mcmc")), (api.FMRegressor, dict(burn_in=20, method="mcmc", iters=20)),
+    (api.FMRegressor, dict(beta1=1.0)), (api.FMRegressor, dict(eps=0)), (api.FMRegressor, dict(method="lbfgs")),
+    (api.FMRegressor, dict(variant="paper2")), (api.FMRegressor, dict(metric="auc")),
+    (api.FMClassifier, dict(metric="rmse")), (api.FMImplicit, dict(negatives=0)), (api.FMImplicit, dict(alpha1=11)),
+    (api.FMImplicit, dict(alpha2=-1)), (api.FMImplicit, dict(eval_share=1.5)), (api.FMImplicit, dict(top_k=0)),
+    (api.FMImplicit, dict(eval_group=-1)), (api.FMImplicit, dict(negative_groups=(0, -1))),
+    (api.FMImplicit, dict(holdout=0.6))])
+def test_the_api_refuses_what_the_cli_refuses(cls, bad):
+    """At fit, a ValueError naming the parameter and what it takes (rafm train: exit 2)."""
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=rf"^{name} must be (an integer in \[|a number in [\[(]|one of |below iters)"):
+        cls(**bad).fit(np.ones((4, 2)), [0, 1, 0, 1])
+
+
+def test_the_api_takes_what_the_cli_takes():
+    assert api.FMRegressor(method="lbfgs").get_params()["method"] == "lbfgs"  # refused at fit, not before
+    with pytest.raises(ValueError, match=r"^holdout must be a number in \[0, 0.5\], not 0.9$"):
+        api.FMRegressor(holdout=0.9).options()
+    with pytest.raises(ValueError, match="^method must be one of sgd, adagrad, rowwise-adagrad, adam, sgda, als, mcmc, "
+                                         "not 'lbfgs'$"):
+        api.FMRegressor(method="lbfgs").options()
+    opts = api.FMRegressor(holdout=0.5, early_stop=0, threads=0, reg_factors=0, seed=-1, iters=np.int64(3)).options()
+    assert (opts.holdout, opts.early_stop, opts.seed) == (0.5, 0, 2**64 - 1)  # rafm train --seed -1 alike
+    assert api.FMRegressor(method="mcmc", burn_in=19, iters=20).options().burn_in == 19
+    assert api.FMImplicit(negative_groups=[2, 0, 2], eval_share=0).options().negative_groups == (0, 2)
 
 
 @pytest.mark.parametrize("given", [{"ranks": (4, 16)}, {}, {"method": "adam", "reg_factors": 0.05}])
@@ -135,6 +197,87 @@ def test_string_classes_survive_save_and_load(tmp_path):
     np.testing.assert_array_equal(again.predict(X), est.predict(X))
     with pytest.raises(ValueError, match="not seen in fit"):
         est.fit(X, y, eval_set=(X, np.where(y == "yes", "maybe", y)))
+
+
+def test_predict_follows_predict_proba(sample):
+    """predict is classes_[argmax(predict_proba)], an MCMC model's too, whose probability (the mean
+    of its samples' Phi) and mean margin can fall on either side of 0.5; a tie goes to classes_[0]."""
+    X, y = api.read_data(sample("classification.train"))
+    est = api.FMClassifier(ranks=(2, 8), method="mcmc", iters=20, threads=1).fit(X, y)
+    proba = est.predict_proba(X)
+    assert np.any((est.decision_function(X) > 0) != (proba[:, 1] > 0.5))  # the rows at stake
+    np.testing.assert_array_equal(est.predict(X), est.classes_[np.argmax(proba, axis=1)])
+    est.predict_proba = lambda X: np.array([[0.5, 0.5], [0.4, 0.6]])
+    np.testing.assert_array_equal(est.predict(X[:2]), est.classes_)
+
+
+def test_a_warm_fit_keeps_the_classes(tmp_path):
+    """A warm fit on other classes would flip the positive class under the continued model: refused,
+    its own or a loaded model's; a cold fit takes the new classes."""
+    X = np.random.default_rng(0).integers(0, 2, (200, 6)).astype(float)
+    y = (X[:, 0] > 0).astype(int)
+    others = np.where(y > 0, "a", "b")
+    est = api.FMClassifier(model="fm", ranks=4, iters=2, holdout=0, warm_start=True).fit(X, y)
+    before = est.predict_proba(X)
+    with pytest.raises(ValueError, match=r"^a warm fit keeps the classes \[0, 1\] of the fitted model, not "
+                                         r"\['a', 'b'\]"):
+        est.fit(X, others)
+    assert list(est.classes_) == [0, 1]
+    np.testing.assert_array_equal(est.predict_proba(X), before)
+    est.fit(X, 1 - y)  # the same classes continue
+    est.save(tmp_path / "m.rafm")
+    loaded = api.load(tmp_path / "m.rafm").set_params(warm_start=True)
+    with pytest.raises(ValueError, match="warm fit keeps the classes"):
+        loaded.fit(X, others)
+    assert list(est.set_params(warm_start=False).fit(X, others).classes_) == ["a", "b"]
+
+
+def implicit_rows():
+    """(40 rows of two one-hot groups of 3 features, their groups)."""
+    return np.eye(6)[np.random.default_rng(1).integers(0, 3, (40, 2)) + [0, 3]].sum(axis=1), [0, 0, 0, 1, 1, 1]
+
+
+def implicit_fit(rows, groups):
+    return api.FMImplicit(groups=groups, model="fm", ranks=2, iters=1, holdout=0).fit(rows)
+
+
+def test_recommend_takes_k_from_1():
+    """As rafm recommend -k (exit 2 below 1): k=0 gave empty lists."""
+    rows, groups = implicit_rows()
+    est = implicit_fit(rows, groups)
+    for k in (0, -1, 2.5):
+        with pytest.raises(ValueError, match=rf"^k must be an integer in \[1, inf\), not {k}$"):
+            est.recommend(rows, group=1, k=k)
+    assert [len(names) for names in est.recommend(rows[:2], group=1, k=1)[0]] == [1, 1]
+
+
+def test_a_loaded_estimator_knows_the_width_of_x(sample, tmp_path):
+    """n_features_in_ goes with the model file (its info) and pickles, so a loaded estimator refuses
+    a dense X of another width as the fitted one does; a Dataset's fit records none, nor does the CLI."""
+    from rafmcli.model import files
+
+    X, y = api.read_data(sample("classification.train"))
+    dense = X.toarray()
+    est = api.FMClassifier(ranks=(2, 8), iters=2).fit(dense, y)
+    est.save(tmp_path / "m.rafm")
+    for again in (api.load(tmp_path / "m.rafm"), api.FMClassifier.load(tmp_path / "m.rafm"),
+                  pickle.loads(pickle.dumps(api.load(tmp_path / "m.rafm")))):
+        assert again.n_features_in_ == dense.shape[1]
+        with pytest.raises(ValueError, match=f"X has 100 features, but FMClassifier is expecting {dense.shape[1]}"):
+            again.predict(dense[:, :100])
+        np.testing.assert_array_equal(again.predict(X[:, :100]), est.predict(X[:, :100]))  # by id, as before
+    implicit_fit(*implicit_rows()).save(tmp_path / "i.rafm")
+    assert api.load(tmp_path / "i.rafm").n_features_in_ == 6
+    model = files.load(str(tmp_path / "m.rafm"))
+    model.info["training"]["n_features_in"] = "1181"
+    files.save(model, str(tmp_path / "bad.rafm"))
+    with pytest.raises(ValueError, match="bad.rafm: damaged model file.*n_features_in.*positive integer"):
+        api.load(tmp_path / "bad.rafm")
+    D, labels = api.read_data(sample("classification.train"), sparse=False)
+    est.fit(D)
+    assert not hasattr(est, "n_features_in_")
+    est.save(tmp_path / "d.rafm")
+    assert not hasattr(api.load(tmp_path / "d.rafm"), "n_features_in_")
 
 
 def test_errors_are_python_errors(sample, tmp_path):

@@ -46,6 +46,11 @@ def printable(text, limit=None):
     unprintable characters are escaped as ``\\x00``, ``\\u2028``; past
     ``limit`` characters the rest becomes ``...``.
     """
+    if isinstance(text, str):
+        try:  # a name or line Python decoded with surrogateescape: its bytes again
+            text = text.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:
+            pass
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="backslashreplace")
     shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rafmcli.errors import InputError
+from rafmcli.errors import InputError, printable
 
 FORMATS = ("png", "svg", "pdf")
 INSTALL = "pip install 'rafm[plot]'"
@@ -76,12 +76,12 @@ class TrainLog:
 def read_log(path, label=None):
     """A --rlog table: a tab-separated header, then one row of numbers per epoch."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             lines = [line.rstrip("\r\n") for line in fh]
     except OSError as exc:
-        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+        raise InputError(f"{printable(path)}: cannot open: {exc.strerror or exc}") from None
     if not lines or "epoch" not in lines[0].split("\t"):
-        raise InputError(f"{path}:1: not a rafm --rlog file (no 'epoch' column in the header)")
+        raise InputError(f"{printable(path)}:1: not a rafm --rlog file (no 'epoch' column in the header)")
     names = lines[0].split("\t")
     rows = []
     for line_no, line in enumerate(lines[1:], 2):
@@ -89,12 +89,12 @@ def read_log(path, label=None):
             continue
         cells = line.split("\t")
         if len(cells) != len(names):
-            raise InputError(f"{path}:{line_no}: {len(cells)} columns, the header has {len(names)}")
+            raise InputError(f"{printable(path)}:{line_no}: {len(cells)} columns, the header has {len(names)}")
         try:
             rows.append([float(c) for c in cells])
         except ValueError:
             bad = next(c for c in cells if not _is_float(c))
-            raise InputError(f"{path}:{line_no}: not a number ({bad})") from None
+            raise InputError(f"{printable(path)}:{line_no}: not a number ({printable(bad, 40)})") from None
     table = np.array(rows, dtype=float).reshape(len(rows), len(names))
     label = label or os.path.splitext(os.path.basename(path))[0]
     return TrainLog(label, {name: table[:, k] for k, name in enumerate(names)})

@@ -137,6 +137,24 @@ def test_unwritable_device_is_one_line_error_and_nothing_committed(tmp_path, sam
     assert listing(tmp_path) == before
 
 
+@ROOT_ONLY
+@pytest.mark.parametrize("command", ["dump", "dump json", "train --rlog"])
+def test_an_output_written_as_it_goes_reports_a_full_device(tmp_path, sample, command):
+    """`rafm dump` and --rlog write through a handle as they go: a full device gave a traceback."""
+    chardev(tmp_path / "full", 1, 7)
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "r", "--train", sample("regression.train"), *FAST, "--save-model", model]
+               ).exit_code == 0
+    before = listing(tmp_path)
+    args = {"dump": ["dump", "--model", model, "--out", tmp_path / "full"],
+            "dump json": ["dump", "--model", model, "--format", "json", "--out", tmp_path / "full"],
+            "train --rlog": train_args(sample, rlog=tmp_path / "full", save_model=model)}[command]
+    result = run(args)
+    assert result.exit_code == 2
+    assert error_line(result) == f"Error: {tmp_path / 'full'}: cannot write: No space left on device"
+    assert listing(tmp_path) == before
+
+
 # class 4: every output checked before any work; all committed together or none
 
 @pytest.mark.parametrize("option", ["out", "save_model", "rlog"])

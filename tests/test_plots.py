@@ -3,6 +3,7 @@ from the figure's artists (not pixels) equal to the inputs; without matplotlib, 
 
 import math
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -88,6 +89,25 @@ def test_bad_inputs_exit_2(tmp_path):
     result = CliRunner().invoke(main, ["plot", str(log), "-o", str(tmp_path / "c.jpg")])
     assert result.exit_code == 2 and ".png" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.tsv"]
+
+
+def test_logs_that_cannot_be_read_or_drawn_exit_2_in_one_line(tmp_path):
+    """A byte that is not UTF-8 (a UnicodeDecodeError traceback) and values whose span overflows
+    a float (matplotlib's ValueError, with RuntimeWarnings) are one line each, exit 2; a file
+    name that is not UTF-8 shows its byte (\\xff, not Python's \\udcff)."""
+    log = tmp_path / "log\udcff.tsv"  # the byte 0xff, as Python names it
+    log.write_bytes(b"epoch\tseconds\ttrain_loss\n1\t0.1\t\xe9\n")
+    far = tmp_path / "far.tsv"
+    far.write_text("epoch\tseconds\ttrain_loss\n1\t0.1\t1e308\n2\t0.1\t-1e308\n")
+    result = CliRunner().invoke(main, ["plot", str(log), "-o", str(tmp_path / "c.png")])
+    assert (result.exit_code, result.output.splitlines()) == (2, [f"Error: {tmp_path}/log\\xff.tsv:2: not a number "
+                                                                   f"(\\xe9)"])
+    with warnings.catch_warnings(record=True) as caught:  # none shown to the user
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(main, ["plot", str(far), "-o", str(tmp_path / "c.png")])
+    assert result.exit_code == 2 and caught == []
+    assert result.output.splitlines() == [f"Error: {far}: values too far apart to draw (arange: cannot compute length)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["far.tsv", "log\udcff.tsv"]
 
 
 def test_without_matplotlib_exit_2_with_the_install_command(sample, tmp_path, monkeypatch):

@@ -92,13 +92,14 @@ def predict_only(task, train_file, test, out, init_model, dump_model, dim):
     """libFM's -iter 0 -load_model: predict --test with the model (FM of rank --dim), write --out and
     --dump-model, the test metrics on stderr; a model without a target range (libFM's text) clips to
     [min, max] of the --train targets, as libFM does."""
-    from rafmcli.cli.options import distinct_outputs, read, warn_unseen
+    from rafmcli.cli.options import distinct_files, read, warn_unseen
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.model import continued, dump
     from rafmcli.model import files as model_files
     from rafmcli.predict import predict_dataset
 
-    distinct_outputs(out=out, dump_model=dump_model)
+    distinct_files({"-train": train_file, "-test": test, "-load_model": init_model},
+                   {"-out": out, "-save_model": dump_model})
     model = model_files.load(init_model, text_ok=True)
     continued.settle(model, init_model, task, "fm", (dim,))
     if task == "r" and not model.target_min <= model.target_max:

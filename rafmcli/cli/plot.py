@@ -31,7 +31,9 @@ def plot(logs, out, labels):
     (pip install 'rafm[plot]').
     """
     import functools
+    import warnings
 
+    from rafmcli.errors import InputError, printable
     from rafmcli.io.output import Outputs
     from rafmcli.plots import curves_figure, figure_class, image_format, read_log, write
 
@@ -41,5 +43,9 @@ def plot(logs, out, labels):
     figure_class()  # matplotlib or exit 2, before reading anything
     runs = [read_log(path, labels[k] if k < len(labels) else None) for k, path in enumerate(logs)]
     fig = curves_figure(runs)
-    with Outputs() as outputs:
-        outputs.write(out, functools.partial(write, fig, fmt=image_format(out)), binary=True)
+    try:
+        with Outputs() as outputs, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # matplotlib's overflows, reported below
+            outputs.write(out, functools.partial(write, fig, fmt=image_format(out)), binary=True)
+    except (ValueError, OverflowError) as exc:  # matplotlib: an axis spanning more than a float holds
+        raise InputError(f"{', '.join(map(printable, logs))}: values too far apart to draw ({exc})") from None

@@ -165,6 +165,25 @@ class _Stream:
             os.close(devnull)
 
 
+class _Reported:
+    """A handle of :meth:`Outputs.open` whose failed writes (a full disk, /dev/full) are
+    ``FILE: cannot write: why`` (OutputError), not a traceback."""
+
+    def __init__(self, fh, path):
+        self.fh, self.path = fh, path
+
+    def write(self, data):
+        with _writing(self.path):
+            return self.fh.write(data)
+
+    def flush(self):
+        with _writing(self.path):
+            self.fh.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+
 @dataclass
 class _Entry:
     path: str
@@ -232,7 +251,7 @@ class Outputs:
         if entry.kind != _REPLACE:
             with _writing(path):
                 entry.fh = self._open_stream(entry)
-        return entry.fh
+        return _Reported(entry.fh, path)
 
     def write(self, path, writer, binary=False, encoding="utf-8"):
         """Stage ``writer(fh)`` as ``path``'s content: run now into a temporary

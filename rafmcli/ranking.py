@@ -118,11 +118,13 @@ def _constants(model, lo, hi):
 
 
 def recommend(model, ctx, k):
-    """(value ids [n, k], scores [n, k]) of the best values of ctx.group for each context."""
+    """(value ids [n, k], scores [n, k]) of the best values of ctx.group for each context; k is
+    at most the group's number of values (a larger k allocated n x k for nothing)."""
     from rafmcli.kernels.recommend import top_k
 
     v = model.vocabulary
     lo, hi = v.candidates(ctx.group)
+    k = max(1, min(k, hi - lo))
     const = _constants(model, lo, hi)
     return top_k(ctx.feat, ctx.xs, ctx.parts, ctx.group, lo, hi, const, v.ptr, v.feat, v.x, ctx.excl_ptr,
                  ctx.excl, k, *_kernel_model(model))

@@ -1099,8 +1099,8 @@ def test_damaged_model_is_one_line_exit_2(tmp_path, sample, good_model, damage):
 
 @pytest.mark.parametrize("options,why", [
     (["--model", "fm", "--dim", "2000000000"],
-     "Error: a fm model with ranks 2000000000 on 933 features would have 1,866,000,000,934 parameters (6.8 TiB), "
-     "more than the "),
+     "Error: a fm model with ranks 2000000000 on 933 features would have 1,866,000,000,934 parameters, 3 copies of "
+     "them while training (20.4 TiB), more than the "),
     (["--ranks", "1,99999999999999999999"],
      "Error: Invalid value for '--ranks': a rank must be at most 2147483647 (99999999999999999999)"),
     (["--model", "fm", "--dim", "99999999999999999999"],
@@ -1115,6 +1115,28 @@ def test_sizes_and_levels_are_checked_before_allocation(tmp_path, sample, option
     assert result.exit_code == 2
     assert error_line(result).startswith(why)
     assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("options,copies,features", [(["--method", "sgd", "--holdout", "0"], 1, 963),
+                                                      (["--method", "adagrad", "--holdout", "0"], 2, 963),
+                                                      (["--method", "adam"], 4, 933),
+                                                      (["--method", "mcmc", "--keep-samples", "3"], 4, 963)])
+def test_the_memory_check_counts_what_training_holds(sample, monkeypatch, options, copies, features):
+    """Only the parameters were counted: an FM(3,000,000) of 10 GiB passed on a 23 GiB machine, and
+    training (AdaGrad's sums, the best epoch's copy) was killed by the kernel. Each V-sized array a
+    method holds counts: on a machine of just under copies + 1 such arrays it trains, just under
+    copies it is refused."""
+    params = 1 + features + features * 64  # FM(64) on the sample's features (held out: 933 of 963)
+    for room, refused in ((copies + 0.9, False), (copies - 0.1, True)):
+        monkeypatch.setattr(os, "sysconf", lambda name, room=room: 1 if name == "SC_PAGE_SIZE" else int(
+            4 * params * room))
+        result = run(["train", "--task", "r", "--train", sample("regression.train"), "--quiet", "--iter", "1",
+                      "--model", "fm", "--dim", "64", *options])
+        assert (result.exit_code == 2) == refused, result.output
+        if refused:
+            assert error_line(result).startswith(
+                f"Error: a fm model with ranks 64 on {features} features would have {params:,} parameters"
+                + (f", {copies} copies of them while training" if copies > 1 else " ("))
 
 
 def test_stats_takes_127_levels_and_refuses_200(sample):

@@ -941,3 +941,26 @@ def test_rowwise_adagrad_keeps_one_sum_a_row_in_implicit_epochs():
         runs.append((V.copy(), w.copy(), w0.copy(), *(a.copy() for a in state)))
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_recommend_k_is_capped_at_the_group_s_values(sample, tmp_path, monkeypatch):
+    """-k 1000000 allocated rows x k (13 GB for 72,801 lines) to pad past the group's values: k is
+    capped at their number, and the output is that of -k equal to it."""
+    from rafmcli.kernels import recommend
+    from rafmcli.model import files as model_files
+
+    meta = os.path.join(os.path.dirname(sample("implicit.train")), "implicit.meta")
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "implicit", "--ranks", "2,4", "--train", sample("implicit.train"), "--meta", meta,
+                "--iter", "1", "--holdout", "0", "--quiet", "--save-model", str(model)]).exit_code == 0
+    lo, hi = model_files.load(str(model)).vocabulary.candidates(1)
+    asked, top_k = [], recommend.top_k
+
+    def spy(*args):
+        asked.append(args[12])  # k
+        return top_k(*args)
+
+    monkeypatch.setattr(recommend, "top_k", spy)
+    capped, exact = (run(["recommend", "--model", str(model), "--group", "1", "-k", str(k), sample("implicit.test")])
+                     for k in (1_000_000, hi - lo))
+    assert asked == [hi - lo, hi - lo] and capped.exit_code == 0 and capped.output == exact.output

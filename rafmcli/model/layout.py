@@ -117,14 +117,15 @@ def _bytes(n):
         n /= 1024
 
 
-def check_fits(model):
-    """Refuse a model whose parameters (float32: bias, w, V) exceed this machine's
-    physical memory, before V is allocated: InputError with the count and bytes."""
+def check_fits(model, copies=1):
+    """Refuse a model whose parameters (float32: bias, w, V), times the ``copies`` of them its
+    training holds at once (optimizer state, the best epoch's, MCMC's kept samples), exceed this
+    machine's physical memory, before V is allocated: InputError with the count and bytes."""
     from rafmcli.errors import InputError
 
     n_factors = sum(int(s) * int(w) for s, w in zip(model.sizes, model.widths))
     params = 1 + model.feature_ids.shape[0] + n_factors
-    need = 4 * params
+    need = 4 * params * copies
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -132,15 +133,16 @@ def check_fits(model):
     if need > memory:
         ranks = ",".join(str(d) for d in model.ranks)
         raise InputError(f"a {model.kind} model with ranks {ranks} on {model.feature_ids.shape[0]:,} features "
-                         f"would have {params:,} parameters ({_bytes(need)}), more than the "
-                         f"{_bytes(memory)} of memory here; choose smaller ranks")
+                         f"would have {params:,} parameters"
+                         + (f", {copies} copies of them while training" if copies > 1 else "")
+                         + f" ({_bytes(need)}), more than the {_bytes(memory)} of memory here; choose smaller ranks")
     return n_factors
 
 
-def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_range):
+def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_range, copies=1):
     """A freshly initialised model: features sorted by level (F_l prefixes), V ~ N(0, s).
 
-    Its size is checked against the machine's memory first (:func:`check_fits`).
+    Its size (times ``copies``) is checked against the machine's memory first (:func:`check_fits`).
     """
     order = np.argsort(-np.asarray(levels), kind="stable")
     levels = np.asarray(levels, dtype=np.int8)[order]
@@ -148,7 +150,7 @@ def build(kind, task, ranks, feature_ids, levels, init_stdev, rng, w0, target_ra
     model = Model(kind, task, tuple(ranks), ids, levels, float(w0),
                   np.zeros(ids.shape[0], dtype=np.float32), np.empty(0, dtype=np.float32),
                   float(target_range[0]), float(target_range[1]))
-    n_factors = check_fits(model)
+    n_factors = check_fits(model, copies)
     model.V = normal_factors(n_factors, init_stdev, rng)
     return model
 

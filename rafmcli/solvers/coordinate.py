@@ -264,7 +264,7 @@ def coordinate_threads(opts, data):
     return for_work(opts.threads, data.indices.shape[0], MIN_NONZEROS_PER_THREAD)
 
 
-def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=None):
+def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=None, copies=1):
     """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC, the groups
     (:func:`rafmcli.fields.groups_for`) and the update schedule."""
     rng = np.random.default_rng(opts.seed)
@@ -272,7 +272,7 @@ def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=
     labels = np.asarray(data.labels, dtype=np.float64)
     w0 = _initial_bias(opts.task, labels) if opts.bias else 0.0
     model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev, rng, w0,
-                  (labels.min(), labels.max()))
+                  (labels.min(), labels.max()), copies)
     if opts.task == "c":
         model.link = "probit"
     order = np.argsort(-np.asarray(levels), kind="stable").astype(np.int32)  # build's renumbering
@@ -423,7 +423,8 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     numba.set_num_threads(1)  # the forward pass: one OpenMP thread (spinning ones would slow the workers)
     workers = Workers(coordinate_threads(opts, data))
     try:
-        problem = prepare(data, opts, groups, levels_override, use_cache, None if quiet else echo)
+        copies = 1 + (opts.keep_samples if opts.method == "mcmc" else 0) + (validation is not None)
+        problem = prepare(data, opts, groups, levels_override, use_cache, None if quiet else echo, copies)
         return _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K,
                     predict_scores, workers)
     finally:

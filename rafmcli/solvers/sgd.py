@@ -17,7 +17,7 @@ from rafmcli.kernels import read_only
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
-from rafmcli.model.layout import OptimizerState, aligned_copy, aligned_zeros, build, extend
+from rafmcli.model.layout import STATE_ARRAYS, OptimizerState, aligned_copy, aligned_zeros, build, extend
 from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 from rafmcli.signals import raise_lost
@@ -135,8 +135,10 @@ class Training:
         labels = np.asarray(data.labels, dtype=np.float64)
         if init is None:
             w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
+            state = [a for a in STATE_ARRAYS.get(opts.method, ()) if a.startswith("V")]  # V-sized state
+            copies = 1 + len(state) * (opts.method != "rowwise-adagrad") + (validation is not None)
             self.model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
-                               self.rng, w0, (labels.min(), labels.max()))
+                               self.rng, w0, (labels.min(), labels.max()), copies)
         else:  # continued training (--init-model): new features get Eq. 17 levels and fresh factors
             self.model = extend(init, data.feature_ids, levels, opts.init_stdev, self.rng,
                                 (labels.min(), labels.max()))

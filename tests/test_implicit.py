@@ -964,3 +964,21 @@ def test_recommend_k_is_capped_at_the_group_s_values(sample, tmp_path, monkeypat
     capped, exact = (run(["recommend", "--model", str(model), "--group", "1", "-k", str(k), sample("implicit.test")])
                      for k in (1_000_000, hi - lo))
     assert asked == [hi - lo, hi - lo] and capped.exit_code == 0 and capped.output == exact.output
+
+
+@pytest.mark.parametrize("label", ["0", "-1"])
+def test_predict_metrics_refuse_rows_that_are_not_positives(sample, tmp_path, label):
+    """Implicit rows are positives: predict --metrics ranked rows labelled 0 or -1 as positives (the
+    same loss, AUC and HR@10 as the real file), where train refuses them: now the same error line."""
+    meta = os.path.join(os.path.dirname(sample("implicit.train")), "implicit.meta")
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "implicit", "--ranks", "2,4", "--train", sample("implicit.train"), "--meta", meta,
+                "--iter", "1", "--holdout", "0", "--quiet", "--save-model", str(model)]).exit_code == 0
+    rows = open(sample("implicit.test")).read().splitlines()
+    relabelled = tmp_path / "test.libfm"
+    relabelled.write_text("".join(line + "\n" for line in rows[:5]) + label + " " + rows[5].split(" ", 1)[1] + "\n")
+    result = run(["predict", "--model", str(model), "--metrics", "--out", str(tmp_path / "p"), str(relabelled)])
+    assert result.exit_code == 2
+    assert result.output.splitlines()[-1] == (f"Error: {relabelled}:6: implicit data holds positives only; label must "
+                                              f"be > 0 ({label})")
+    assert not (tmp_path / "p").exists()

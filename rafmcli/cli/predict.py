@@ -64,6 +64,11 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         check_group(model, model_path, eval_group)
     seen = read(exclude_seen, no_cache, quiet) if exclude_seen else None
     datasets = [read(f, no_cache, quiet) for f in files]
+    if implicit and metrics:  # ranked as positives, as training reads them
+        from rafmcli.io.reader import require_positive_labels
+
+        for name, data in zip(files, datasets):
+            require_positive_labels(name, data)
     kernels_loaded()
     parts, scored = [], []
     for name, data in zip(files, datasets):

@@ -166,6 +166,11 @@ METHOD_IGNORES = {
 }
 
 
+# --task implicit's options (Feat2Vec negative sampling): refused with another task
+IMPLICIT_ONLY = ("negatives", "alpha1", "alpha2", "loss", "nce", "reject_positives", "regular_negatives",
+                 "negative_groups", "eval_group", "eval_share", "top_k")
+
+
 def method_default(method, name):
     """The default of option ``name`` (an Options field) under ``method``."""
     return METHOD_DEFAULTS.get(method, {}).get(name, getattr(DEFAULTS, name))

@@ -1262,3 +1262,24 @@ def test_damaged_optimizer_state_is_refused(tmp_path, sample, method, keep):
     assert error_line(result) == (f"Error: {bad}: damaged model file (state_V1.npy has {v1[:keep].shape[0]} "
                                   f"values, not {v1.shape[0]} as {method} keeps, or values that are not finite)")
     assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("args,why", [
+    (["train", "--negatives", "7"], "--negatives applies to --task implicit only"),
+    (["train", "--no-nce"], "--no-nce applies to --task implicit only"),
+    (["train", "--eval-group", "3"], "--eval-group applies to --task implicit only"),
+    (["train", "--holdout", "0.3", "--validation", "V"],
+     "--holdout 0.3 and --validation: the validation file takes the hold-out's place; give one of them"),
+    (["tune", "--holdout", "0.3", "--validation", "V"],
+     "--holdout 0.3 and --validation: the validation file takes the hold-out's place; give one of them"),
+])
+def test_options_that_would_be_ignored_are_refused(tmp_path, sample, args, why):
+    """--task r took --negatives, --eval-group, --loss... and --validation dropped --holdout 0.3, without
+    a word, where --burn-in without mcmc was refused: now all are usage errors."""
+    args = [args[0], "--task", "r", "--train", sample("regression.train"), "--iter", "1", "--quiet",
+            *[sample("regression.validation") if a == "V" else a for a in args[1:]]]
+    result = run(args)
+    assert result.exit_code == 2 and error_line(result) == f"Error: {why}"
+    ok = run(["train", "--task", "r", "--train", sample("regression.train"), "--validation",
+              sample("regression.validation"), "--holdout", "0", *FAST])  # no hold-out: nothing ignored
+    assert ok.exit_code == 0, ok.output

@@ -238,7 +238,7 @@ def test_empty_file_has_no_rows(tmp_path, role, content):
     else:
         args += ["--train", good, "--validation", empty]
     if role == "validation with holdout":
-        args += ["--holdout", "0.3"]
+        args += ["--holdout", "0"]  # no hold-out (one beside --validation is refused)
     before = listing(tmp_path)
     result = invoke(*args)
     assert result.exit_code == 2

@@ -137,6 +137,20 @@ def check_method_options(ctx, method):
             raise click.UsageError(f"{_typed_flag(ctx, name)} does not apply to --method {method}: {why}")
 
 
+def check_task_options(ctx, task, validation, holdout):
+    """Refuse --task implicit's options with another task, and a hold-out beside --validation
+    (exit 2): both were ignored without a word."""
+    from rafmcli.options import IMPLICIT_ONLY
+
+    if task != "implicit":
+        for name in IMPLICIT_ONLY:
+            if _given(ctx, name):
+                raise click.UsageError(f"{_typed_flag(ctx, name)} applies to --task implicit only")
+    if validation and holdout and _given(ctx, "holdout"):
+        raise click.UsageError(f"--holdout {holdout:g} and --validation: the validation file takes the hold-out's "
+                               f"place; give one of them")
+
+
 def _typed_flag(ctx, name):
     """The spelling of option ``name`` the user typed: the off side of an on/off flag pair
     (--group-precision, --no-auto-groups) when its value is off."""
@@ -354,6 +368,7 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     check_variant_options(ctx, model_kind, variant, dependent_rate, method)
+    check_task_options(ctx, task, validation, holdout)
     if metric and task == "implicit":
         raise click.UsageError("--metric applies to --task r and c; implicit training watches NDCG@K "
                                "(--eval-group) or the validation loss")

@@ -105,6 +105,10 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     from rafmcli.errors import InputError
     from rafmcli.metrics import early_stop_metric
 
+    given = click.get_current_context().get_parameter_source("holdout") == click.core.ParameterSource.COMMANDLINE
+    if validation and given:
+        raise click.UsageError(f"--holdout {holdout:g} and --validation: the validation file takes the hold-out's "
+                               f"place; give one of them")
     if test and not out:
         raise click.UsageError("--test needs --out FILE (or --out - for stdout)")
     if out and not test:

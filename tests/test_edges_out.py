@@ -1075,6 +1075,7 @@ DAMAGE = {
     "link": (_header_change(lambda h: h.update(link="cauchy")), "header 'link' must be logit or probit (\"cauchy\")"),
     "samples without arrays": (_header_change(lambda h: h.update(samples=3)), "no sample_w0.npy"),
     "classes": (_header_change(lambda h: h.update(classes=3)), "header 'classes' must be a JSON list (3)"),
+    "version text": (_header_change(lambda h: h.update(format_version="2")), 'format_version is not an integer ("2")'),
 }
 
 

@@ -284,3 +284,13 @@ def test_stdin_reads_in_one_pass_without_a_spool(monkeypatch):
     assert result.exit_code == 0 and '"rows": 200' in result.output
     assert '"nonzeros_per_row": 2.0' in result.output
     assert made == []
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_an_empty_compressed_name_reads_as_an_empty_file(tmp_path, suffix):
+    """A 0-byte .gz read as no rows, a 0-byte .bz2 or .xz failed with "cannot decompress": all three
+    are empty files now (`FILE: no rows` for train)."""
+    empty = tmp_path / f"rows.libfm{suffix}"
+    empty.write_bytes(b"")
+    result = invoke("train", "--task", "r", "--train", empty)
+    assert result.exit_code == 2 and result.output.splitlines() == [f"Error: {empty}: no rows"]

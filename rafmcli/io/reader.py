@@ -166,7 +166,9 @@ def _open(path, name):
         raise InputError(f"{printable(name)}: cannot open: {exc.strerror or exc}") from None
     status = os.fstat(raw.fileno())
     lower = path.lower()
-    if lower.endswith(".gz"):
+    if stat.S_ISREG(status.st_mode) and status.st_size == 0:  # empty, whatever its suffix (gzip reads it so)
+        stream = raw
+    elif lower.endswith(".gz"):
         stream = gzip.GzipFile(fileobj=raw)
     elif lower.endswith(".bz2"):
         stream = bz2.BZ2File(raw)

@@ -477,7 +477,9 @@ def load(path, text_ok=False, mapped=False):
             if header.get("format") != FORMAT_NAME:
                 raise InputError(f"{printable(path)}: not a rafm model file")
             version = header.get("format_version")
-            if not isinstance(version, int) or isinstance(version, bool) or version not in READERS:
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise Damaged(f"format_version is not an integer ({json.dumps(version)})")
+            if version not in READERS:
                 raise InputError(f"{printable(path)}: model format version {version} is not supported by "
                                  f"rafm {__version__} (it reads versions {', '.join(map(str, READERS))})")
             return READERS[version](_Members(zf, mapped), header)

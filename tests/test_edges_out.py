@@ -1284,3 +1284,11 @@ def test_options_that_would_be_ignored_are_refused(tmp_path, sample, args, why):
     ok = run(["train", "--task", "r", "--train", sample("regression.train"), "--validation",
               sample("regression.validation"), "--holdout", "0", *FAST])  # no hold-out: nothing ignored
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_run_diverged_by_its_initial_factors_names_init_stdev(sample):
+    """--init-stdev 1e30 diverged with "try a smaller --learn-rate" alone."""
+    result = run(["train", "--task", "r", "--train", sample("regression.train"), "--init-stdev", "1e30", "--iter", "2",
+                  "--quiet"])
+    assert result.exit_code == 3
+    assert error_line(result).endswith("try a smaller --learn-rate (now 0.1) or --init-stdev (now 1e+30)")

@@ -228,7 +228,8 @@ class Training:
                                                  and not math.isfinite(row[self.divergence_metric])):
                 raise DivergedError(
                     f"training diverged in epoch {epoch} (train loss {train_loss}); "
-                    f"try a smaller --learn-rate (now {self.opts.learn_rate:g})")
+                    f"try a smaller --learn-rate (now {self.opts.learn_rate:g})"
+                    + (f" or --init-stdev (now {self.opts.init_stdev:g})" if self.opts.init_stdev >= 1 else ""))
             self.history.append(row)
             if log is not None:
                 log.write(row)

@@ -741,7 +741,8 @@ class FMImplicit(_FMEstimator):
     def recommend(self, X, group, k=10, exclude_seen=None):
         """For each row of X (a context), the k values of ``group`` seen in training that score
         best substituted into it, as ``rafm recommend``: (names, scores), names a list per row of
-        the values' feature ids joined by commas, scores [n, k] (NaN past a row's candidates).
+        the values' feature ids joined by commas, scores [n, k'] (NaN past a row's candidates), k' =
+        min(k, the group's values).
         ``exclude_seen``: rows (e.g. the training X) whose values of ``group`` are left out for
         rows with the same context."""
         from rafmcli import ranking

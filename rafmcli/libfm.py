@@ -18,7 +18,8 @@ WITH_VALUE = ("task", "train", "test", "validation", "dim", "iter", "method", "l
               "init_stdev", "meta", "out", "rlog", "save_model", "load_model", "seed", "verbosity",
               "cache_size", "relation")
 FLAGS = ("help",)
-TRAINING_ONLY = ("validation", "learn_rate", "regular", "init_stdev", "meta", "rlog", "seed")  # unused by -iter 0
+# unused by -iter 0
+TRAINING_ONLY = ("method", "validation", "learn_rate", "regular", "init_stdev", "meta", "rlog", "seed")
 LIBFM_METHODS = ("sgd", "sgda", "als", "mcmc")
 DIRECT = {"train": "--train", "test": "--test", "validation": "--validation", "out": "--out",
           "rlog": "--rlog", "seed": "--seed", "iter": "--iter", "init_stdev": "--init-stdev",
@@ -96,6 +97,12 @@ def translate(argv):
                          f"at 0 stay 0; mcmc draws them)")
     args += ["--bias" if int(dim[0]) else "--no-bias", "--linear" if int(dim[1]) else "--no-linear",
              "--dim", dim[2]]
+    if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
+        raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
+    if "cache_size" in given and not given["cache_size"].isdigit():
+        raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
+    if values["iter"].isdigit() and int(values["iter"]) == 0:  # no training: -method has no say
+        return _predict_only(given, dim[2])
     reg = split_list(values["regular"])
     if len(reg) == 1:
         reg = reg * 3
@@ -133,12 +140,6 @@ def translate(argv):
             args += ["--meta", given["meta"]] + (["--group-precision"] if method == "mcmc" else [])
     elif method != "sgd":
         args += ["--no-auto-groups"]  # libFM without -meta: one group (a libFFM file's fields still are groups)
-    if "verbosity" in given and not given["verbosity"].lstrip("-").isdigit():
-        raise LibfmError(f"-verbosity {given['verbosity']}: expected an integer")
-    if "cache_size" in given and not given["cache_size"].isdigit():
-        raise LibfmError(f"-cache_size {given['cache_size']}: expected an integer (rafm does not need it)")
-    if values["iter"].isdigit() and int(values["iter"]) == 0:
-        return _predict_only(given, dim[2])
     if "validation" in given and method != "sgda":
         del values["validation"]
         notes.append("-validation: libFM uses it for -method sgda only; the file is not used")

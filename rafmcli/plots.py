@@ -82,7 +82,7 @@ def read_log(path, label=None):
         raise InputError(f"{printable(path)}: cannot open: {exc.strerror or exc}") from None
     if not lines or "epoch" not in lines[0].split("\t"):
         raise InputError(f"{printable(path)}:1: not a rafm --rlog file (no 'epoch' column in the header)")
-    names = lines[0].split("\t")
+    names = [printable(name) for name in lines[0].split("\t")]  # what matplotlib can draw
     rows = []
     for line_no, line in enumerate(lines[1:], 2):
         if not line.strip():
@@ -96,7 +96,7 @@ def read_log(path, label=None):
             bad = next(c for c in cells if not _is_float(c))
             raise InputError(f"{printable(path)}:{line_no}: not a number ({printable(bad, 40)})") from None
     table = np.array(rows, dtype=float).reshape(len(rows), len(names))
-    label = label or os.path.splitext(os.path.basename(path))[0]
+    label = printable(label or os.path.splitext(os.path.basename(path))[0])
     return TrainLog(label, {name: table[:, k] for k, name in enumerate(names)})
 
 

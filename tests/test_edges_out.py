@@ -1121,7 +1121,9 @@ def test_sizes_and_levels_are_checked_before_allocation(tmp_path, sample, option
 @pytest.mark.parametrize("options,copies,features", [(["--method", "sgd", "--holdout", "0"], 1, 963),
                                                       (["--method", "adagrad", "--holdout", "0"], 2, 963),
                                                       (["--method", "adam"], 4, 933),
-                                                      (["--method", "mcmc", "--keep-samples", "3"], 4, 963)])
+                                                      (["--method", "mcmc", "--keep-samples", "3"], 6, 963),
+                                                      (["--method", "mcmc", "--keep-samples", "3", "--keep-draws",
+                                                        "--validation", "V"], 4, 963)])
 def test_the_memory_check_counts_what_training_holds(sample, monkeypatch, options, copies, features):
     """Only the parameters were counted: an FM(3,000,000) of 10 GiB passed on a 23 GiB machine, and
     training (AdaGrad's sums, the best epoch's copy) was killed by the kernel. Each V-sized array a
@@ -1131,8 +1133,9 @@ def test_the_memory_check_counts_what_training_holds(sample, monkeypatch, option
     for room, refused in ((copies + 0.9, False), (copies - 0.1, True)):
         monkeypatch.setattr(os, "sysconf", lambda name, room=room: 1 if name == "SC_PAGE_SIZE" else int(
             4 * params * room))
-        result = run(["train", "--task", "r", "--train", sample("regression.train"), "--quiet", "--iter", "1",
-                      "--model", "fm", "--dim", "64", *options])
+        result = run(["train", "--task", "r", "--train", sample("regression.train"), "--quiet", "--iter", "4",
+                      "--model", "fm", "--dim", "64",
+                      *[sample("regression.validation") if o == "V" else o for o in options]])
         assert (result.exit_code == 2) == refused, result.output
         if refused:
             assert error_line(result).startswith(
@@ -1292,3 +1295,32 @@ def test_a_run_diverged_by_its_initial_factors_names_init_stdev(sample):
                   "--quiet"])
     assert result.exit_code == 3
     assert error_line(result).endswith("try a smaller --learn-rate (now 0.1) or --init-stdev (now 1e+30)")
+
+
+def test_a_model_continued_in_place_and_redirections_of_dash(tmp_path, sample):
+    """--save-model over --init-model continues a model in place (it is read whole first): allowed,
+    as before. `-` redirected from or to an input is that input: `--train - < d --save-model d`
+    and `predict d >> d` wrote over d."""
+    import shutil
+
+    model = tmp_path / "m.rafm"
+    assert run(["train", "--task", "r", "--train", sample("regression.train"), *FAST, "--save-model", model]
+               ).exit_code == 0
+    again = run(["train", "--task", "r", "--train", sample("regression.validation"), *FAST, "--init-model", model,
+                 "--save-model", model])
+    assert again.exit_code == 0, again.output
+    data = tmp_path / "d.libfm"
+    shutil.copy(sample("regression.test"), data)
+    before = listing(tmp_path)
+    with open(data, "rb") as stdin:
+        result = subprocess.run([sys.executable, "-m", "rafmcli", "train", "--task", "r", "--train", "-", *FAST,
+                                 "--save-model", str(data)], stdin=stdin, capture_output=True, text=True,
+                                env=child_env())
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        f"Error: --save-model names the input --train ({data}): rafm never writes over its inputs")
+    with open(data, "ab") as stdout:
+        result = subprocess.run([sys.executable, "-m", "rafmcli", "predict", "--model", str(model), str(data)],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, env=child_env())
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        "Error: --out names the input FILE (-): rafm never writes over its inputs")
+    assert listing(tmp_path) == before

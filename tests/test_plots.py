@@ -121,3 +121,13 @@ def test_without_matplotlib_exit_2_with_the_install_command(sample, tmp_path, mo
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2 and "pip install 'rafm[plot]'" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.tsv"]
+
+
+def test_a_log_named_or_headed_in_bytes_that_are_not_utf8_is_drawn(tmp_path):
+    """Its name (the line's label) and a column's name reached matplotlib undecodable (a TypeError
+    traceback): they are drawn as printable text, \\xff."""
+    log = tmp_path / "l\udcffg.tsv"
+    log.write_bytes(b"epoch\tseconds\ttrain_loss\tr\xffmse\n1\t0.1\t0.5\t0.9\n2\t0.1\t0.4\t0.8\n")
+    result = CliRunner().invoke(main, ["plot", str(log), "-o", str(tmp_path / "c.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "c.png").stat().st_size > 0

@@ -99,7 +99,7 @@ def predict_only(task, train_file, test, out, init_model, dump_model, dim):
     from rafmcli.predict import predict_dataset
 
     distinct_files({"-train": train_file, "-test": test, "-load_model": init_model},
-                   {"-out": out, "-save_model": dump_model})
+                   {"-out": out, "-save_model": dump_model}, in_place={("-save_model", "-load_model")})
     model = model_files.load(init_model, text_ok=True)
     continued.settle(model, init_model, task, "fm", (dim,))
     if task == "r" and not model.target_min <= model.target_max:

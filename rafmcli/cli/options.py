@@ -160,19 +160,22 @@ def arguments(name, paths):
     return {name: paths[0]} if len(paths) == 1 else {f"{name} {n}": p for n, p in enumerate(paths, 1)}
 
 
-def distinct_files(inputs, outputs):
+def distinct_files(inputs, outputs, in_place=()):
     """Refuse an output that is one of the inputs (``--save-model`` naming the ``--train``
-    file, through a link or another path too), two outputs that are one file (``--out x
-    --rlog x``, hard links, ``--out /dev/stdout --rlog -``) and ``-`` as two inputs (standard
-    input is read once). ``inputs``, ``outputs``: {label: path or None}, a label being an
-    option (``--train``) or an argument (``FILE``). Devices (``/dev/null``) may take several
-    outputs, and a named FIFO too."""
+    file, through a link, another path or a redirection of ``-``), two outputs that are one
+    file (``--out x --rlog x``, hard links, ``--out /dev/stdout --rlog -``) and ``-`` as two
+    inputs (standard input is read once). ``inputs``, ``outputs``: {label: path or None}, a
+    label being an option (``--train``) or an argument (``FILE``); ``in_place``: (output,
+    input) label pairs that may be one file (a model continued in place: it is read whole
+    before anything is written). Devices (``/dev/null``) may take several outputs, and a
+    named FIFO too."""
     import os
     import stat
 
     dashes = [label for label, path in inputs.items() if path == "-"]
     if len(dashes) > 1:
         raise click.UsageError(f"{dashes[0]} and {dashes[1]} both name standard input (-), which can be read once")
+    read = {label: _opened(path, 0) for label, path in inputs.items() if path is not None}
     seen = []  # (label, path, stat or None)
     for label, path in outputs.items():
         if path is None:
@@ -187,11 +190,11 @@ def distinct_files(inputs, outputs):
             if same or path == other_path == "-":
                 raise click.UsageError(f"{other} and {label} name the same output ({path})")
         seen.append((label, path, st))
-        if path == "-" or st is None or not stat.S_ISREG(st.st_mode):
+        if st is None or not stat.S_ISREG(st.st_mode):
             continue
-        for in_label, in_path in inputs.items():
-            in_st = None if in_path in (None, "-") else _opened(in_path, 0)
-            if in_st is not None and (in_st.st_dev, in_st.st_ino) == (st.st_dev, st.st_ino):
+        for in_label, in_st in read.items():
+            if in_st is not None and (in_st.st_dev, in_st.st_ino) == (st.st_dev, st.st_ino) \
+                    and (label, in_label) not in in_place:
                 raise click.UsageError(f"{label} names the input {in_label} ({path}): rafm never writes over "
                                        f"its inputs")
 

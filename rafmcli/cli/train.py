@@ -364,7 +364,8 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         raise click.UsageError("--out needs --test FILE")
     distinct_files({"--train": train_file, "--validation": validation, "--test": test, "--init-model": init_model,
                     "--levels": levels_file, "--meta": meta},
-                   {"--out": out, "--save-model": save_model, "--rlog": rlog, "--dump-model": dump_model})
+                   {"--out": out, "--save-model": save_model, "--rlog": rlog, "--dump-model": dump_model},
+                   in_place={("--save-model", "--init-model"), ("--dump-model", "--init-model")})
     ctx = click.get_current_context()
     check_method_options(ctx, method)
     check_variant_options(ctx, model_kind, variant, dependent_rate, method)

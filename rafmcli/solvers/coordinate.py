@@ -264,6 +264,16 @@ def coordinate_threads(opts, data):
     return for_work(opts.threads, data.indices.shape[0], MIN_NONZEROS_PER_THREAD)
 
 
+def _copies(opts, validated):
+    """V-sized float32 arrays a run holds: the model; mcmc's kept samples (at most the iterations
+    after the burn-in) and, keeping stretch means, their float64 sums of w and V (two more);
+    als's best iteration with validation rows (mcmc keeps none)."""
+    if opts.method != "mcmc":
+        return 1 + validated
+    burn_in = burn_in_default(opts.iters) if opts.burn_in is None else opts.burn_in
+    return 1 + min(opts.keep_samples, max(opts.iters - burn_in, 1)) + 2 * opts.keep_means
+
+
 def prepare(data, opts, groups=None, levels_override=None, use_cache=True, echo=None, copies=1):
     """Levels (Eq. 17 or ``levels_override``), a fresh model, CSR, CSC, the groups
     (:func:`rafmcli.fields.groups_for`) and the update schedule."""
@@ -423,7 +433,7 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     numba.set_num_threads(1)  # the forward pass: one OpenMP thread (spinning ones would slow the workers)
     workers = Workers(coordinate_threads(opts, data))
     try:
-        copies = 1 + (opts.keep_samples if opts.method == "mcmc" else 0) + (validation is not None)
+        copies = _copies(opts, validation is not None)
         problem = prepare(data, opts, groups, levels_override, use_cache, None if quiet else echo, copies)
         return _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K,
                     predict_scores, workers)

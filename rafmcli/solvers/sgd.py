@@ -136,7 +136,8 @@ class Training:
         if init is None:
             w0 = initial_bias(opts.task, data.labels) if opts.bias else 0.0
             state = [a for a in STATE_ARRAYS.get(opts.method, ()) if a.startswith("V")]  # V-sized state
-            copies = 1 + len(state) * (opts.method != "rowwise-adagrad") + (validation is not None)
+            copies = 1 + len(state) * (opts.method != "rowwise-adagrad") + (opts.method == "sgda") \
+                + (validation is not None)  # V-sized: optimizer state, sgda's gradients, the best epoch's copy
             self.model = build(opts.model, opts.task, opts.ranks, data.feature_ids, levels, opts.init_stdev,
                                self.rng, w0, (labels.min(), labels.max()), copies)
         else:  # continued training (--init-model): new features get Eq. 17 levels and fresh factors

@@ -104,8 +104,8 @@ class Range(NamedTuple):
     integer: bool = False
 
 
-# The ranges of rafm train's numeric options (the click types of rafmcli/cli/train.py, which
-# tests/test_api.py compares with this table); the API refuses other values with a ValueError.
+# The ranges of rafm train's numeric options: its click types (cli.options.ranged) and the API's
+# checks (a ValueError) read this table; tests/test_api.py compares the two.
 # reg_*: each value of --regular; negative_groups: each group. beta1, beta2 and eps are no
 # options of rafm train: their ranges are those of Adam itself.
 RANGES = {

@@ -40,6 +40,16 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+def ranged(name):
+    """The click type of the Options field ``name``'s range in options.RANGES, the table the
+    API checks too: an integer or a finite float between its bounds."""
+    from rafmcli.options import RANGES
+
+    r = RANGES[name]
+    kind = click.IntRange if r.integer else FiniteFloatRange
+    return kind(r.low, r.high, min_open=r.low_open, max_open=r.high_open)
+
+
 class SeedType(click.ParamType):
     """Any integer that fits 64 bits, -2^63..2^64-1. A negative seed s is
     s + 2^64, the unsigned value of its two's-complement bits (-1 is 2^64-1)."""

@@ -11,9 +11,9 @@ from rafmcli.cli.options import (
     OUTPUT,
     RANKS,
     SEED,
-    FiniteFloatRange,
     distinct_files,
     no_cache_option,
+    ranged,
     read,
     warn_unseen,
 )
@@ -184,7 +184,7 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
 @click.option("--train", "train_file", type=INPUT, required=True, help="Training file (libSVM/libFM text).")
 @click.option("--validation", type=INPUT,
               help="Validation file: metrics after each epoch, early stopping, best epoch kept.")
-@click.option("--holdout", type=FiniteFloatRange(0, 0.5), default=D.holdout, show_default=True,
+@click.option("--holdout", type=ranged("holdout"), default=D.holdout, show_default=True,
               help="Without --validation, the fraction of training rows held out to validate on; "
                    "0 trains on all rows for --iter epochs.  [mcmc: 0]")
 @click.option("--test", type=INPUT, help="File to predict after training (needs --out).")
@@ -219,27 +219,27 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "als: coordinate descent, each parameter set to its exact minimiser; mcmc: Bayesian FM by "
                    "Gibbs sampling with hyperpriors (libFM's default), predictions averaged over the chain, no "
                    "learning rate or regularisation to tune.")
-@click.option("--burn-in", type=click.IntRange(0),
+@click.option("--burn-in", type=ranged("burn_in"),
               help="mcmc: samples drawn before the average starts.  [default: --iter/10]")
-@click.option("--keep-samples", type=click.IntRange(1), default=D.keep_samples, show_default=True,
+@click.option("--keep-samples", type=ranged("keep_samples"), default=D.keep_samples, show_default=True,
               help="mcmc: samples the --save-model file keeps, one for each of K equal stretches of the chain "
                    "after the burn-in; the file grows by a model's size for each.")
 @click.option("--keep-means/--keep-draws", default=D.keep_means, show_default=True,
               help="mcmc: keep each stretch's mean (as accurate as the whole chain with 10 of them) or its "
                    "last draw (thinning: far more are needed).")
-@click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
+@click.option("--iter", "iters", type=ranged("iters"), default=D.iters, show_default=True,
               help="Maximum number of epochs.")
-@click.option("--learn-rate", type=FiniteFloatRange(0, min_open=True),
+@click.option("--learn-rate", type=ranged("learn_rate"),
               help="Learning rate rho_f (free variables, bias, linear weights).  "
                    f"[default: {_method_rates()}]")
-@click.option("--dependent-rate", type=FiniteFloatRange(0, min_open=True),
+@click.option("--dependent-rate", type=ranged("dependent_rate"),
               help="RaFM, paper variant: learning rate rho_d of dependent variables (Algorithm 1).  "
                    "[default: --learn-rate]")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default=D.variant, show_default=True,
               help="RaFM training: paper (Algorithm 1, two learning rates), authors (one optimizer on the "
                    "loss plus distillation terms with the stop-gradients of the authors' code) or cascade "
                    "(the same terms, gradient through every level).")
-@click.option("--dependent-weight", type=FiniteFloatRange(0), default=D.dependent_weight, show_default=True,
+@click.option("--dependent-weight", type=ranged("dependent_weight"), default=D.dependent_weight, show_default=True,
               help="RaFM, authors and cascade variants, als and mcmc: weight c_p of each distillation term "
                    "(mcmc: 2).")
 @click.option("--regular", type=FLOATS,
@@ -250,17 +250,17 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "occurs; als: prior precisions, added once (libFM's ALS).  [als: 0,10,10; sgd, adagrad, "
                    f"rowwise-adagrad, adam with validation rows: the pairwise L2 raced among "
                    f"{_shown(L2_CHOICES)} on them, with the learning rate]")
-@click.option("--init-stdev", type=FiniteFloatRange(0), default=D.init_stdev, show_default=True,
+@click.option("--init-stdev", type=ranged("init_stdev"), default=D.init_stdev, show_default=True,
               help="Standard deviation of the normal initialisation of the factors.  [als, mcmc: 0.1]")
 @click.option("--bias/--no-bias", default=D.bias, show_default=True, help="Use the bias w0.")
 @click.option("--linear/--no-linear", default=D.linear, show_default=True, help="Use the linear weights w_i.")
 @click.option("--seed", type=SEED, default=D.seed, show_default=True,
               help="Random seed (initialisation, row order, hold-out), any 64-bit integer (a negative s is s+2^64); "
                    "--threads 1 is bit-for-bit reproducible.")
-@click.option("--threads", type=click.IntRange(0), default=D.threads, show_default=True,
+@click.option("--threads", type=ranged("threads"), default=D.threads, show_default=True,
               help="Training threads, 0: every available core; fewer on small data, where they would not "
                    "pay. More than one: lock-free Hogwild SGD, not bit-for-bit reproducible.")
-@click.option("--early-stop", type=click.IntRange(0), default=D.early_stop, show_default=True,
+@click.option("--early-stop", type=ranged("early_stop"), default=D.early_stop, show_default=True,
               help="Stop after this many epochs without a better validation --metric; 0: never.")
 @click.option("--metric", type=click.Choice(METRICS),
               help="Validation metric for early stopping and the best epoch: rmse or mae (r); logloss, auc "
@@ -279,12 +279,12 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
               help="mcmc: the groups share each prior precision (per level and factor coordinate) and keep "
                    "their own prior means; --group-precision gives each group its own precision as well "
                    "(libFM's priors), which needs many rows per parameter in every group.")
-@click.option("--negatives", type=click.IntRange(1), default=D.negatives, show_default=True,
+@click.option("--negatives", type=ranged("negatives"), default=D.negatives, show_default=True,
               help="Implicit: negatives per positive, all made by resampling one group.")
-@click.option("--alpha1", type=FiniteFloatRange(0, 10), default=D.alpha1, show_default=True,
+@click.option("--alpha1", type=ranged("alpha1"), default=D.alpha1, show_default=True,
               help="Implicit: the resampled group is drawn with probability proportional to c^alpha1, "
                    "c its number of distinct features.")
-@click.option("--alpha2", type=FiniteFloatRange(0, 10), default=D.alpha2, show_default=True,
+@click.option("--alpha2", type=ranged("alpha2"), default=D.alpha2, show_default=True,
               help="Implicit: a group's new value is drawn with probability proportional to its "
                    "training count^alpha2 (0: uniform).")
 @click.option("--loss", type=click.Choice(["logistic", "softmax"]), default=D.loss, show_default=True,
@@ -302,14 +302,14 @@ def check_variant_options(ctx, model_kind, variant, dependent_rate, method=None)
                    "keep more of shared features such as genres, see rafm-train(1)).")
 @click.option("--negative-groups", type=GROUP_LIST,
               help="Implicit: resample only these groups (comma-separated).  [default: all]")
-@click.option("--eval-group", type=click.IntRange(0),
+@click.option("--eval-group", type=ranged("eval_group"),
               help="Implicit: rank each validation row's value of this group among all its values "
                    "(HR@K, NDCG@K full and with 100 sampled); early stopping then watches NDCG@K, and at "
                    "least --eval-share of the positives resample this group.")
-@click.option("--eval-share", type=FiniteFloatRange(0, 1), default=D.eval_share, show_default=True,
+@click.option("--eval-share", type=ranged("eval_share"), default=D.eval_share, show_default=True,
               help="Implicit, with --eval-group: the least share of positives whose negatives resample "
                    "that group (the other groups' shares scaled down alike); 0: c^alpha1 alone.")
-@click.option("--top-k", type=click.IntRange(1), default=D.top_k, show_default=True,
+@click.option("--top-k", type=ranged("top_k"), default=D.top_k, show_default=True,
               help="Implicit: K of HR@K and NDCG@K.")
 @click.option("--rlog", type=OUTPUT,
               help="Tab-separated log, one row per epoch: epoch, seconds, train_loss, validation metrics; "

@@ -165,6 +165,20 @@ def _opened(path, stream):
         return None
 
 
+def _same_output(path, st, other_path, other_st):
+    """Whether two outputs (paths and :func:`_opened` stats) are one: ``-`` twice, one path when
+    neither exists yet, or one inode, but for a device or a named FIFO not reached through ``-``."""
+    import os
+    import stat
+
+    if path == other_path == "-":
+        return True
+    if st is None or other_st is None:
+        return st is other_st and path != "-" and os.path.realpath(path) == os.path.realpath(other_path)
+    sink = stat.S_ISCHR(st.st_mode) or (stat.S_ISFIFO(st.st_mode) and "-" not in (path, other_path))
+    return (st.st_dev, st.st_ino) == (other_st.st_dev, other_st.st_ino) and not sink
+
+
 def arguments(name, paths):
     """{label: path} of a command's FILE... arguments: ``NAME`` alone, else ``NAME 1``, ``NAME 2``..."""
     return {name: paths[0]} if len(paths) == 1 else {f"{name} {n}": p for n, p in enumerate(paths, 1)}
@@ -179,7 +193,6 @@ def distinct_files(inputs, outputs, in_place=()):
     input) label pairs that may be one file (a model continued in place: it is read whole
     before anything is written). Devices (``/dev/null``) may take several outputs, and a
     named FIFO too."""
-    import os
     import stat
 
     dashes = [label for label, path in inputs.items() if path == "-"]
@@ -192,12 +205,7 @@ def distinct_files(inputs, outputs, in_place=()):
             continue
         st = _opened(path, 1)
         for other, other_path, other_st in seen:
-            if st is None or other_st is None:
-                same = st is other_st and path != "-" and os.path.realpath(path) == os.path.realpath(other_path)
-            else:
-                same = (st.st_dev, st.st_ino) == (other_st.st_dev, other_st.st_ino) and not (
-                    stat.S_ISCHR(st.st_mode) or (stat.S_ISFIFO(st.st_mode) and "-" not in (path, other_path)))
-            if same or path == other_path == "-":
+            if _same_output(path, st, other_path, other_st):
                 raise click.UsageError(f"{other} and {label} name the same output ({path})")
         seen.append((label, path, st))
         if st is None or not stat.S_ISREG(st.st_mode):

@@ -47,7 +47,7 @@ def _floats(values):
 def _trailer(model):
     return (f"#rafm model={model.kind} task={model.task} ranks={','.join(map(str, model.ranks))} "
             f"target_min={float(model.target_min)!r} target_max={float(model.target_max)!r} link={model.link} "
-            f"samples={len(draws(model))}\n")
+            f"samples={max(len(model.samples), 1)}\n")
 
 
 def draws(model):

@@ -54,6 +54,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker for each core this process may run on, at most four (each worker holds
+    its own imports and compiled kernels; more would add memory, not speed, to a suite of this size)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own binary-cache directory, outside its tmp_path."""

@@ -381,10 +381,6 @@ class _FMEstimator:
             from rafmcli.solvers.sgd import holdout_split
 
             data, valid = holdout_split(data, opts.holdout, opts.seed)
-        if opts.threads > 1:
-            import numba
-
-            numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
         opts = self._from_data(opts, data)
         if init is not None:  # as rafm train --init-model: the rate and L2 the model was trained with
             from rafmcli.model.continued import trained_settings
@@ -709,10 +705,6 @@ class FMImplicit(_FMEstimator):
             from rafmcli.solvers.sgd import holdout_split
 
             data, valid = holdout_split(data, opts.holdout, opts.seed)
-        if opts.threads > 1:
-            import numba
-
-            numba.set_num_threads(min(opts.threads, numba.config.NUMBA_NUM_THREADS))
         opts = self._from_data(opts, data)
         from rafmcli.solvers.implicit import train
 

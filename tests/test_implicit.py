@@ -788,7 +788,7 @@ def _recommend_signatures():
 
     from rafmcli.kernels import recommend, sampling
 
-    kernels = [getattr(recommend, name) for name in ("candidate_constants", "top_k", "_alone", "_cross")]
+    kernels = [getattr(recommend, name) for name in ("candidate_constants", "_top_k_chunks", "_alone", "_cross")]
     kernels += [sampling.sort_rows_by_group, sampling.index_group_values, KI.add_sums, KI.linear_sum]
     return [(len(k.signatures), types_apart(k)) for k in kernels]
 

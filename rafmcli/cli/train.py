@@ -397,10 +397,6 @@ def train(task, train_file, validation, holdout, test, out, save_model, init_mod
         learn_rate, regular = _continued_settings(ctx, init, init_model, method, learn_rate, regular, quiet)
     if ranks is not None:  # groups (--meta, libFFM fields) may come with the data: als/mcmc wait for it
         reg_bias, reg_linear, reg_factors = _regularisation(regular, ranks, coordinate)
-    if threads > 1:
-        import numba
-
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     implicit = task == "implicit"
     groups = None
     if meta:

@@ -31,7 +31,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from rafmcli.kernels import read_only
-from rafmcli.kernels.claims import next_block
+from rafmcli.kernels.claims import counter_for, next_block
 
 # Reassociation lets reductions vectorise while NaN and inf keep their meaning;
 # error_model="numpy" (no ZeroDivisionError check) lets divisions vectorise.
@@ -291,16 +291,8 @@ def predict_scores(indptr, indices, values, lev, widths, offsets, V, w, w0, nest
     n_chunks = max(1, min(n, PREDICTION_CHUNKS))
     workers = 1 if n < SMALL_PREDICTION else n_threads
     threads.spread(_predict_chunks, n_chunks, n_chunks, *read_only(indptr, indices, values), lev, widths, offsets,
-                   V, w, float(w0), nested, out, _claims(workers), threads=workers)
+                   V, w, float(w0), nested, out, counter_for(workers), threads=workers)
     return out
-
-
-def _claims(workers):
-    """The counter the prediction workers claim chunks from (kernels/claims.py); empty for one
-    thread, which then predicts its range in order without an atomic a chunk."""
-    from rafmcli import threads
-
-    return np.zeros(1 if threads.resolved(workers) > 1 else 0, dtype=np.int64)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
@@ -341,7 +333,7 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
     workers = 1 if n < SMALL_PREDICTION else n_threads
     indptr, ids, values = read_only(indptr, ids, values)
     misses = threads.spread(_predict_chunks_by_id, n_chunks, n_chunks, indptr, ids, values, table, lev, widths,
-                            offsets, V, w, float(w0), nested, out, _claims(workers), threads=workers)
+                            offsets, V, w, float(w0), nested, out, counter_for(workers), threads=workers)
     return out, sum(misses)
 
 

@@ -13,11 +13,16 @@ context's sums are computed once per row; a candidate then costs O(D) per
 feature, and const(c) once for all rows.
 
 Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
+Rows are scored in chunks that threads claim one at a time (kernels/claims.py,
+threads.spread): plain ``nogil`` kernels, which compile in a fraction of a
+``parallel=True`` kernel's time, load from the cache without numba's thread pool
+and run on the threads ``rafm`` is given (one in a ``rafm tune`` worker).
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from rafmcli.kernels.claims import counter_for, next_block
 from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
 from rafmcli.kernels.implicit import ZERO, add_sums, linear_sum
 
@@ -89,27 +94,46 @@ def candidate_constants(lo, hi, vptr, vfeat, vx, lev, widths, offsets, V, w, nes
     return out
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, parallel=True)
+ROW_CHUNKS = 256  # chunks of rows the threads claim (kernels/claims.py)
+
+
+def _level_offsets(widths):
+    """soff: where each level's sums start in S and T (soff[m]: their length)."""
+    return np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+
+
 def top_k(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl, k, lev, widths,
-          offsets, V, w, w0, nested):
+          offsets, V, w, w0, nested, n_threads=None):
     """For each row, the k best values of ``lo..hi-1`` (group ``group``) substituted for
     its group part, best first; ties go to the lower value id. Values
     excl[excl_ptr[r]:excl_ptr[r+1]] are skipped for row r. Returns (value ids,
-    scores), [n, k], -1 and -inf where fewer than k values remain."""
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
+    scores), [n, k], -1 and -inf where fewer than k values remain. Chunks of rows
+    on ``n_threads`` threads (default: every available core)."""
+    from rafmcli import threads
+
     n = parts.shape[0]
     ids = np.full((n, k), -1, dtype=np.int64)
     scores = np.full((n, k), -np.inf)
-    n_chunks = min(n, 256)
-    for c in prange(n_chunks):
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        Q, R, B = np.empty(m), np.empty(m), np.empty(m)
-        skip = np.zeros(hi - lo, dtype=np.bool_)
-        for r in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+    n_chunks = max(1, min(n, ROW_CHUNKS))
+    threads.spread(_top_k_chunks, n_chunks, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx,
+                   excl_ptr, excl, k, lev, widths, offsets, V, w, w0, nested, _level_offsets(widths), ids, scores,
+                   counter_for(n_threads), threads=n_threads)
+    return ids, scores
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _top_k_chunks(c_lo, c_hi, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl,
+                  k, lev, widths, offsets, V, w, w0, nested, soff, ids, scores, claims):
+    """:func:`top_k` for the chunks of rows this worker claims from ``claims`` (empty: c_lo..c_hi-1)."""
+    m = widths.shape[0]
+    n = parts.shape[0]
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
+    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    skip = np.zeros(hi - lo, dtype=np.bool_)
+    first, last = next_block(claims, c_lo, c_hi, n_chunks, False, 1)
+    while first < last:
+        for r in range(first * n // n_chunks, last * n // n_chunks):
             base = w0 + _context(feat, xs, parts, r, group, lev, widths, offsets, V, w, nested, soff,
                                  S, T, Q, R, B)
             for e in range(excl_ptr[r], excl_ptr[r + 1]):
@@ -136,34 +160,45 @@ def top_k(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl
             for e in range(excl_ptr[r], excl_ptr[r + 1]):
                 if lo <= excl[e] < hi:
                     skip[excl[e] - lo] = False
-    return ids, scores
+        first, last = next_block(claims, c_lo, c_hi, n_chunks, True, 1)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, parallel=True)
 def rank_counts(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl, own, sampled,
-                lev, widths, offsets, V, w, w0, nested):
+                lev, widths, offsets, V, w, w0, nested, n_threads=None):
     """Where each row's own group part ranks among the values lo..hi-1.
 
     Row r's own part (its entries of ``group``) is scored against every value
     except its own (``own[r]``, -1 if unknown) and the excluded ones, and
     against the values sampled[r] (-1 entries unused). Returns per row
     (higher, ties) over all values and (higher, ties) over the sampled ones.
+    Chunks of rows on ``n_threads`` threads (default: every available core).
     """
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
+    from rafmcli import threads
+
     n = parts.shape[0]
     out = np.zeros((n, 4), dtype=np.int64)
-    n_chunks = min(n, 256)
-    for c in prange(n_chunks):
-        S = np.empty(soff[m], dtype=np.float32)
-        T = np.empty(soff[m], dtype=np.float32)
-        S2 = np.empty(soff[m], dtype=np.float32)
-        T2 = np.empty(soff[m], dtype=np.float32)
-        Q, R, B = np.empty(m), np.empty(m), np.empty(m)
-        skip = np.zeros(hi - lo, dtype=np.bool_)
-        for r in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+    n_chunks = max(1, min(n, ROW_CHUNKS))
+    threads.spread(_rank_chunks, n_chunks, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx,
+                   excl_ptr, excl, own, sampled, lev, widths, offsets, V, w, nested, _level_offsets(widths), out,
+                   counter_for(n_threads), threads=n_threads)
+    return out
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _rank_chunks(c_lo, c_hi, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl,
+                 own, sampled, lev, widths, offsets, V, w, nested, soff, out, claims):
+    """:func:`rank_counts` for the chunks of rows this worker claims from ``claims`` (empty: c_lo..c_hi-1)."""
+    m = widths.shape[0]
+    n = parts.shape[0]
+    S = np.empty(soff[m], dtype=np.float32)
+    T = np.empty(soff[m], dtype=np.float32)
+    S2 = np.empty(soff[m], dtype=np.float32)
+    T2 = np.empty(soff[m], dtype=np.float32)
+    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    skip = np.zeros(hi - lo, dtype=np.bool_)
+    first, last = next_block(claims, c_lo, c_hi, n_chunks, False, 1)
+    while first < last:
+        for r in range(first * n // n_chunks, last * n // n_chunks):
             a, b = parts[r, group], parts[r, group + 1]
             mine = _alone(a, b, feat, xs, lev, widths, offsets, V, w, nested, soff, S2, T2, Q, R, B)
             _context(feat, xs, parts, r, group, lev, widths, offsets, V, w, nested, soff, S, T, Q, R, B)
@@ -196,4 +231,4 @@ def rank_counts(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr
                     skip[excl[e] - lo] = False
             if lo <= own[r] < hi:
                 skip[own[r] - lo] = False
-    return out
+        first, last = next_block(claims, c_lo, c_hi, n_chunks, True, 1)

@@ -422,15 +422,12 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
     like SGD; MCMC runs ``opts.iters`` sweeps and predicts ``validation`` and
     ``test`` with the average over the samples after ``opts.burn_in``.
     """
-    import numba
 
     from rafmcli.kernels import coordinate as K
     from rafmcli.kernels.forward import predict_scores
 
     sampling = opts.method == "mcmc"
     probit = opts.task == "c"
-    threads_before = numba.get_num_threads()
-    numba.set_num_threads(1)  # the forward pass: one OpenMP thread (spinning ones would slow the workers)
     workers = Workers(coordinate_threads(opts, data))
     try:
         copies = _copies(opts, validation is not None)
@@ -439,7 +436,6 @@ def train(data, opts, validation=None, test=None, groups=None, levels_override=N
                     predict_scores, workers)
     finally:
         workers.close()
-        numba.set_num_threads(threads_before)
 
 
 def _run(problem, opts, sampling, probit, validation, test, rlog, quiet, progress, echo, K, predict_scores,

@@ -185,12 +185,9 @@ def _load_split(folder, name, path):
 
 
 def _init_worker(folder):
-    """A worker (rafmcli.solvers.pool): one numba thread, the data memory-mapped."""
-    import numba
-
+    """A worker (rafmcli.solvers.pool): one thread for its kernels, the data memory-mapped."""
     from rafmcli import threads
 
-    numba.set_num_threads(1)
     threads.set_default(1)
     _WORKER["folder"] = folder
     _WORKER["train"] = _load_split(folder, "train", "train")

@@ -6,7 +6,9 @@ import threading
 import numpy as np
 import pytest
 from conftest import cli_rows
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rafmcli.io.reader import read_dataset
 from rafmcli.kernels import hogwild, read_only
@@ -215,21 +217,50 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
         np.testing.assert_array_equal(x, y)
 
 
+def _first_element(context, builder, signature, args):
+    array = context.make_array(signature.args[0])(context, builder, args[0])
+    return cgutils.get_item_pointer(context, builder, signature.args[0], array, [context.get_constant(types.intp, 0)])
+
+
+@intrinsic
+def _arrive(typingctx, gate):
+    """gate[0] += 1 atomically, by this test's own code (not the fetch_increment under test)."""
+    def codegen(context, builder, signature, args):
+        one = context.get_constant(types.int64, 1)
+        builder.atomic_rmw("add", _first_element(context, builder, signature, args), one, "acq_rel")
+        return context.get_dummy_value()
+
+    return types.none(gate), codegen
+
+
+@intrinsic
+def _load_acquire(typingctx, gate):
+    """gate[0], read atomically (a spin on a plain load may be hoisted out of its loop)."""
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(_first_element(context, builder, signature, args), "acquire", 8)
+
+    return types.int64(gate), codegen
+
+
 @njit(nogil=True)
-def _claim_all(counter, seen, n):
+def _claim_all(counter, seen, n, gate):
+    """Wait until both threads are in native code (``gate``), then claim ``n`` times."""
+    _arrive(gate)
+    while _load_acquire(gate) < 2:
+        pass
     for _ in range(n):
         seen[fetch_increment(counter)] += 1
 
 
 def test_claims_are_atomic():
-    """Two threads each claiming 5,000,000 times from one counter (three rounds) get every value
-    below 10,000,000 exactly once: no claim is lost or given twice (a plain load and store lost
-    millions here)."""
-    n = 5_000_000
-    _claim_all(np.zeros(1, np.int64), np.zeros(1, np.uint8), 1)  # compile before the race
+    """Two threads, let go at once, each claiming 1,000,000 times from one counter (three rounds)
+    get every value below 2,000,000 exactly once: no claim is lost or given twice (a plain load
+    and store lost hundreds of thousands here in every round)."""
+    n = 1_000_000
+    _claim_all(np.zeros(1, np.int64), np.zeros(1, np.uint8), 1, np.ones(1, np.int64))  # compile before the race
     for _ in range(3):
-        counter, seen = np.zeros(1, np.int64), np.zeros(2 * n, np.uint8)
-        workers = [threading.Thread(target=_claim_all, args=(counter, seen, n)) for _ in range(2)]
+        counter, seen, gate = np.zeros(1, np.int64), np.zeros(2 * n, np.uint8), np.zeros(1, np.int64)
+        workers = [threading.Thread(target=_claim_all, args=(counter, seen, n, gate)) for _ in range(2)]
         for t in workers:
             t.start()
         for t in workers:

@@ -122,9 +122,12 @@ def main(repeats, features, baseline):
                     # numpy asks for transparent huge pages (2 MiB) for large arrays; without them
                     # (NUMPY_MADVISE_HUGEPAGE=0) first touch costs less here but training runs slower
                     init_env = dict(env, NUMPY_MADVISE_HUGEPAGE="0") if "4 KiB" in how else env
+                    # rafm's first touch is bimodal here (huge pages found at once, or after the kernel
+                    # compacts memory): every repeat; numpy's float64 draws take 10-16 s, half as many
+                    n_inits = repeats if how.startswith("rafm") else max(1, repeats // 2)
                     inits = [json.loads(timed([sys.executable, "-c", INIT, str(features),
                                                how.split()[0].rstrip(",")], init_env)[2])
-                             for _ in range(max(1, repeats // 2))]
+                             for _ in range(n_inits)]
                     r[f"init {features:,} x 64: {how}"] = ([d["seconds"] for d in inits],
                                                           [d["peak"] for d in inits])
                     r[f"  CPU user: {how}"] = ([d["user"] for d in inits], None)
@@ -132,8 +135,8 @@ def main(repeats, features, baseline):
                     if how == "rafm":
                         r["  the draws again (memory touched already)"] = ([d["redraw"] for d in inits], None)
                         r["  the draws again, CPU user"] = ([d["redraw user"] for d in inits], None)
-    print(f"{repeats} fresh processes a figure (inits: {max(1, repeats // 2)}): median (fastest-slowest); "
-          f"{os.cpu_count()} cores; kernels cached")
+    print(f"{repeats} fresh processes a figure (numpy's float64 inits: {max(1, repeats // 2)}): "
+          f"median (fastest-slowest); {os.cpu_count()} cores; kernels cached")
     print(f"{'measure':<46}" + "".join(f"{n + ' s':>24}{'peak MB':>10}" for n, _ in trees))
     for label in results["rafm"]:
         cells = ""

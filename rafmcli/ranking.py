@@ -154,15 +154,16 @@ def ranking_names(k):
     return (f"hr{k}", f"ndcg{k}", f"hr{k}_sampled", f"ndcg{k}_sampled")
 
 
-def ranking_metrics(model, rset, k):
-    """HR@k and NDCG@k over every candidate and over the sampled ones."""
+def ranking_metrics(model, rset, k, n_threads=None):
+    """HR@k and NDCG@k over every candidate and over the sampled ones, scored on ``n_threads``
+    threads (None: every available core)."""
     from rafmcli.kernels.recommend import rank_counts
 
     v, ctx = model.vocabulary, rset.ctx
     lo, hi = v.candidates(ctx.group)
     const = _constants(model, lo, hi)
     counts = rank_counts(ctx.feat, ctx.xs, ctx.parts, ctx.group, lo, hi, const, v.ptr, v.feat, v.x,
-                         ctx.excl_ptr, ctx.excl, rset.own, rset.sampled, *_kernel_model(model))
+                         ctx.excl_ptr, ctx.excl, rset.own, rset.sampled, *_kernel_model(model), n_threads=n_threads)
     full = metrics.hit_ndcg(counts[:, 0], counts[:, 1], k)
     sampled = metrics.hit_ndcg(counts[:, 2], counts[:, 3], k)
     return dict(zip(ranking_names(k), full + sampled))

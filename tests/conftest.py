@@ -55,10 +55,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: a worker for each core this process may run on, at most four (each worker holds
-    its own imports and compiled kernels; more would add memory, not speed, to a suite of this size)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(4, cores))
+    """``-n auto``: PYTEST_XDIST_AUTO_NUM_WORKERS if set (xdist's own), else a worker for each core
+    this process may use (affinity and cgroup quota: threads.available_cores), at most four (each
+    worker holds its own imports and compiled kernels; more would add memory, not speed, here)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's hook reads it
+    from rafmcli.threads import available_cores
+
+    return min(4, available_cores())
 
 
 @pytest.fixture(autouse=True)

@@ -982,3 +982,26 @@ def test_predict_metrics_refuse_rows_that_are_not_positives(sample, tmp_path, la
     assert result.output.splitlines()[-1] == (f"Error: {relabelled}:6: implicit data holds positives only; label must "
                                               f"be > 0 ({label})")
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("threads,want", [(2, 2), (1, 1), (0, 8)])
+def test_validation_ranks_on_the_training_threads(sample, monkeypatch, threads, want):
+    """--eval-group's ranking during training runs on --threads' threads (0: every core), as
+    training does; on 8 cores (faked) --threads 2 used all 8 once the kernels left numba's pool."""
+    from rafmcli import threads as T
+
+    monkeypatch.setitem(T._CORES, "n", 8)
+    used, spread = [], T.spread
+
+    def spy(kernel, items, *args, threads=None):
+        if kernel.__name__ == "_rank_chunks":
+            used.append(T.resolved(threads))
+        return spread(kernel, items, *args, threads=threads)
+
+    monkeypatch.setattr(T, "spread", spy)
+    meta = os.path.join(os.path.dirname(sample("implicit.train")), "implicit.meta")
+    result = run(["train", "--task", "implicit", "--ranks", "2,4", "--train", sample("implicit.train"), "--meta", meta,
+                  "--validation", sample("implicit.validation"), "--eval-group", "1", "--iter", "2", "--quiet",
+                  "--threads", str(threads)])
+    assert result.exit_code == 0, result.output
+    assert used and set(used) == {want}

@@ -103,8 +103,9 @@ class LeanNumba:
       numba modules: about 0.1 s), but they serve compiling, and a compile installs them
       itself. A cached kernel is machine code that needs numba's runtime (NRT, started
       here), the C symbols numba registers when it is imported, and what numba's own
-      rebuild of a cached kernel sets up (the threads of ``parallel=True`` kernels, the
-      modules its environment names). Only for the numba versions in LEAN_LOADS_NUMBA.
+      rebuild of a cached kernel sets up (the modules its environment names; rafm has no
+      ``parallel=True`` kernel, whose rebuild would also start numba's thread pool).
+      Only for the numba versions in LEAN_LOADS_NUMBA.
 
     Only those imports, made from those numba modules, are refused; any other
     import of scipy or cffi works as usual. Where ``rafm``'s group never ran (the API,

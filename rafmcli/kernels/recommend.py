@@ -16,7 +16,8 @@ Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 Rows are scored in chunks that threads claim one at a time (kernels/claims.py,
 threads.spread): plain ``nogil`` kernels, which compile in a fraction of a
 ``parallel=True`` kernel's time, load from the cache without numba's thread pool
-and run on the threads ``rafm`` is given (one in a ``rafm tune`` worker).
+and run on the threads their caller gives (``n_threads``; None: threads.spread's
+default, every available core, or one in a ``rafm tune`` worker).
 """
 
 import numpy as np

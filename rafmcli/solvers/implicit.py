@@ -107,7 +107,8 @@ class ImplicitTraining(Training):
             return None
         row = ranking.sampled_metrics(self.model, self.sampled, LOSSES[self.opts.loss], self.opts.nce)
         if self.rset is not None:
-            row.update(ranking.ranking_metrics(self.model, self.rset, self.opts.top_k))
+            # on --threads' threads (0: every core), as training
+            row.update(ranking.ranking_metrics(self.model, self.rset, self.opts.top_k, self.opts.threads or None))
         return row
 
     divergence_metric = "loss"

@@ -248,7 +248,7 @@ def warn_unseen(name, occurrences, distinct):
 
 
 MODEL = click.Path(exists=True, dir_okay=False)
-TOP_K = click.IntRange(1)
+TOP_K = ranged("top_k")
 
 
 def load_model(path, groups=False):

@@ -9,6 +9,7 @@ from rafmcli.cli.options import (
     arguments,
     distinct_files,
     no_cache_option,
+    ranged,
     read,
     warn_unseen,
 )
@@ -26,7 +27,7 @@ from rafmcli.options import DEFAULTS as D
 @click.option("--metrics", is_flag=True,
               help="Print the metrics of each labelled FILE on stderr: RMSE and MAE (regression), "
                    "logloss, AUC and accuracy (classification).")
-@click.option("--eval-group", type=click.IntRange(0),
+@click.option("--eval-group", type=ranged("eval_group"),
               help="Implicit models, with --metrics: also rank each row's value of this group among all its "
                    "values (HR@K, NDCG@K, full and with 100 sampled).")
 @click.option("--top-k", "-k", type=TOP_K, default=D.top_k, show_default=True,

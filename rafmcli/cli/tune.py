@@ -16,6 +16,7 @@ from rafmcli.cli.options import (
     FiniteFloatRange,
     distinct_files,
     no_cache_option,
+    ranged,
     read,
 )
 from rafmcli.options import DEFAULTS as D
@@ -72,7 +73,7 @@ class ModelList(click.ParamType):
               help="Compare the models at this top rank, as the RaFM paper's tables do: FM gets this rank, "
                    "RaFM and DiFacto rank sets ending in it (every lower power of two as a level).  "
                    "[default: top ranks searched from the data's histogram]")
-@click.option("--iter", "iters", type=click.IntRange(1), default=D.iters, show_default=True,
+@click.option("--iter", "iters", type=ranged("iters"), default=D.iters, show_default=True,
               help="Most epochs (als, mcmc: iterations) a trial trains (the last rung of successive halving); "
                    "an MCMC chain runs to its rung, ranked by its running average.")
 @click.option("--early-stop", type=click.IntRange(1), default=D.early_stop, show_default=True,

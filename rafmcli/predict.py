@@ -33,20 +33,21 @@ def kernel_rows(model, data):
 def finish(model, scores):
     """Probabilities for classification (sigmoid, or the normal CDF for a probit model); values
     clipped to the training range for regression; raw scores (log-odds of a row against noise)
-    for implicit models."""
+    for implicit models. ``scores`` (a fresh float64 array of margins) is overwritten:
+    fresh memory is not free."""
     if model.task == "implicit":
         return scores
     if model.task == "c":
         if model.link == "probit":
             from rafmcli.kernels.coordinate import probit_probability
 
-            return probit_probability(np.asarray(scores, dtype=np.float64))
-        p = np.clip(scores, -700, 700)  # 1 / (1 + exp(-s)), in one new array (fresh memory is not free)
+            return probit_probability(scores)
+        p = np.clip(scores, -700, 700, out=scores)  # 1 / (1 + exp(-s))
         np.negative(p, out=p)
         np.exp(p, out=p)
         p += 1.0
         return np.divide(1.0, p, out=p)
-    return np.clip(scores, model.target_min, model.target_max)
+    return np.clip(scores, model.target_min, model.target_max, out=scores)
 
 
 class Predictions(NamedTuple):
@@ -124,7 +125,7 @@ def _by_id(model, data, raw):
     predict_scores_by_id), over a table of every id up to the largest the model or the
     rows hold; None when that table would exceed max(2^24, 4 non-zeros) entries."""
     from rafmcli.kernels.forward import UNSEEN_MET, predict_scores_by_id
-    from rafmcli.kernels.rows import id_table
+    from rafmcli.kernels.rows import count_equal, id_table
 
     ids = np.asarray(data.indices)
     known = model.feature_ids
@@ -142,4 +143,4 @@ def _by_id(model, data, raw):
 
     margins = _each_sample(model, score)
     scores = _mean(margins if raw else (finish(model, s) for s in margins))
-    return Predictions(scores, unseen[0], int(np.count_nonzero(table == UNSEEN_MET)))
+    return Predictions(scores, unseen[0], count_equal(table, UNSEEN_MET))

@@ -5,6 +5,7 @@ code may import those modules as usual."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -161,3 +162,28 @@ def test_a_command_that_stops_before_waiting_exits_without_the_preload(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=child_env(tmp_path))
     assert (done.returncode, done.stderr) == (2, "")
+
+
+BLAS_THREADS = r"""
+import os, sys
+from rafmcli import entry
+if sys.argv[1] == "rafm":
+    entry.one_blas_thread()  # what the rafm process does first
+import numpy  # noqa: F401  (its OpenBLAS starts its threads here)
+print(len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize("start, preset, threads", [("rafm", None, 1), ("rafm", "2", 2), ("plain", None, "cores")])
+def test_rafm_starts_numpy_with_one_blas_thread(start, preset, threads):
+    """OpenBLAS's threads spin for work rafm never gives them: a rafm process starts none,
+    unless OPENBLAS_NUM_THREADS says otherwise; a plain numpy import starts one a core."""
+    env = {k: v for k, v in child_env().items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    if preset:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    proc = subprocess.run([sys.executable, "-c", BLAS_THREADS, start], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cores = len(os.sched_getaffinity(0))
+    assert int(proc.stdout) == (cores if threads == "cores" else min(threads, cores))

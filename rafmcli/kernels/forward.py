@@ -39,6 +39,15 @@ FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 LINE_FLOATS = np.uint64(16)  # float32 values in a 64-byte cache line
 
+# Per-row kernels compile without numba's reference counting (NRT). With it, a jitted
+# function increfs every array argument on entry and decrefs it on return, each an atomic
+# instruction in a call of its own, and numba's pruning leaves most of them: called once a
+# row (and an inlined step once a feature), they took half of FM(64) SGD's training time
+# on bench_threads' fields set and a third of prediction's. Such a kernel allocates
+# nothing and returns no array (its caller would release a reference it never took); it
+# may call other kernels and inline helpers, which then count no references either.
+NO_REFCOUNT = {"_nrt": False}
+
 
 def _prefetch(locality, doc):
     @intrinsic
@@ -104,7 +113,10 @@ def row_unit(widths):
     """Row-wise AdaGrad's state of the factor row at V[start] is at start // unit, unit the
     narrowest level's width: rows are disjoint and at least unit wide, so no two share an
     entry, and the state needs V's size // unit entries (FM: one a feature)."""
-    return np.uint64(widths.min())
+    unit = widths[0]
+    for width in widths[1:]:  # not widths.min(): it allocates, which a NO_REFCOUNT kernel cannot
+        unit = min(unit, width)
+    return np.uint64(unit)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -113,7 +125,7 @@ def rowwise_state(accV1, V):
     return 0 < accV1.shape[0] != V.shape[0]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", **NO_REFCOUNT)
 def prefetch_row(a, b, indices, lev, widths, offsets, V, accV1, w, accw1):
     """Prefetch the factor rows and linear weights (and their AdaGrad/Adam state) a row will touch.
 
@@ -196,7 +208,7 @@ def fm_sums(a, b, indices, values, V, width, S):
     return 0.5 * (ss - Q)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B):
     """Fill S, T (flat, level l at ``soff[l]``), Q, R and B[p] = B_{1,p+1} for one row (one
     level: S and B only, :func:`fm_sums`; T then stays as :func:`row_scratch` made it, zero).
@@ -266,7 +278,7 @@ def pairwise_from_sums(S, T, so, Q, R, qo, soff, nested, B, bo, top):
     return total
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def linear_part(a, b, indices, values, w):
     has_values = values.shape[0] > 0
     s = 0.0
@@ -302,13 +314,14 @@ def _predict_chunks(lo, hi, n_chunks, indptr, indices, values, lev, widths, offs
     one at a time (kernels/claims.py: a busy core takes fewer; empty: chunks lo..hi-1)."""
     n = indptr.shape[0] - 1
     soff, S, T, Q, R, B = row_scratch(widths)
+    no_V, no_w = V[:0], w[:0]  # no optimizer state to prefetch (views made once: each costs references)
     c_lo, c_hi = next_block(claims, lo, hi, n_chunks, False, 1)
     while c_lo < c_hi:
         for c in range(c_lo, c_hi):
             stop = (c + 1) * n // n_chunks
             for r in range(c * n // n_chunks, stop):
                 if r + 1 < stop:
-                    prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, V[:0], w, w[:0])
+                    prefetch_row(indptr[r + 1], indptr[r + 2], indices, lev, widths, offsets, V, no_V, w, no_w)
                 a, b = indptr[r], indptr[r + 1]
                 pair = row_forward(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)[0]
                 out[r] = w0 + linear_part(a, b, indices, values, w) + pair
@@ -337,7 +350,7 @@ def predict_scores_by_id(indptr, ids, values, table, lev, widths, offsets, V, w,
     return out, sum(misses)
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, **NO_REFCOUNT)
 def _map_row(a, b, ids, values, table, idx, val, at, V, w, width):
     """Entries a..b-1 of a row in internal ids (and their values) into idx, val from
     position ``at``; unseen ones are left out and their table entries marked UNSEEN_MET.
@@ -375,6 +388,7 @@ def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, wid
     longest = np.int64(0)  # room of each of the ring's row buffers (0 would type a literal: another compile)
     idx = np.empty(0, dtype=np.int32)
     val = np.empty(0, dtype=np.float32)
+    ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
     unseen = 0
     c_lo, c_hi = next_block(claims, lo, hi, n_chunks, False, 1)
     while c_lo < c_hi:
@@ -387,15 +401,15 @@ def _predict_chunks_by_id(lo, hi, n_chunks, indptr, ids, values, table, lev, wid
             idx = np.empty(slots * longest, dtype=np.int32)
             val = np.empty(slots * longest if values.shape[0] else 0, dtype=np.float32)
         used = _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested,
-                                   out, soff, S, T, Q, R, B, idx, val, longest)
+                                   out, soff, S, T, Q, R, B, idx, val, longest, ends)
         unseen += indptr[stop] - indptr[first] - used
         c_lo, c_hi = next_block(claims, lo, hi, n_chunks, True, 1)
     return unseen
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True, **NO_REFCOUNT)
 def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, offsets, V, w, w0, nested, out,
-                        soff, S, T, Q, R, B, idx, val, longest):
+                        soff, S, T, Q, R, B, idx, val, longest, ends):
     """out[r] for rows first..stop-1 (:func:`predict_scores_by_id`); returns the entries kept.
     Pipelined: the table entries of row r + BY_ID_AHEAD + 1 are prefetched, row r + BY_ID_AHEAD
     is mapped into a ring of BY_ID_AHEAD + 1 row buffers of ``longest`` entries (``idx``,
@@ -403,7 +417,6 @@ def _predict_rows_by_id(first, stop, indptr, ids, values, table, lev, widths, of
     :func:`predict_scores`'s row kernels."""
     slots = BY_ID_AHEAD + 1
     one_level = np.uint64(widths[0]) if widths.shape[0] == 1 else np.uint64(0)  # prefetched by _map_row
-    ends = np.zeros(slots, dtype=np.int64)  # end of each slot's mapped row in idx, val
     ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (predict_scores')
     for r in range(first, min(first + BY_ID_AHEAD, stop)):
         at = (r - first) % slots * longest

@@ -30,11 +30,11 @@ from numba import njit
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
+    NO_REFCOUNT,
     pairwise_from_sums,
     prefetch,
     prefetch_l2,
     prefetch_lines,
-    row_scratch,
     row_start,
     row_unit,
     rowwise_state,
@@ -60,14 +60,17 @@ from rafmcli.kernels.sgd import (
     PREFETCH_AHEAD,
     ROWWISE,
     SGD,
+    chunk_buffers,
     distillation_terms,
     gather_rows,
     level_coefficients,
     loss_gradient,
     no_replicas,
+    span_scratch,
     step_factors,
     step_rates,
     step_weight,
+    train_span,
     with_steps,
 )
 from rafmcli.kernels.sorting import stable_argsort
@@ -82,7 +85,7 @@ MERGE_ROWS = 1024  # rows between a worker's merges
 MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fewer rows between them)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", **NO_REFCOUNT)
 def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, hot):
     """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
     in the worker's replica, already in cache."""
@@ -105,7 +108,7 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
                 prefetch_lines(accV1, start, stop)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B, hot,
                     hot_stride, Vh):
     """forward.row_forward where a hot feature (slot s = hot[i] >= 0) reads v_i^(l) from the
@@ -160,7 +163,7 @@ def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff
     return pairwise_from_sums(S, T, 0, Q, R, 0, soff, nested, B, 0, filled), filled
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def linear_part_hot(a, b, indices, values, w, hot, wh):
     """Sum_i w_i x_i over one row, hot features' weights from the replica ``wh``."""
     has_values = values.shape[0] > 0
@@ -265,61 +268,25 @@ def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max
 
 def _make_trainer(method):
     """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
-    def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
-                   hot_ids, merge_rows, claims):
-        """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
-        workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
-
-        With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
-        by slot), the hot features' parameters and the bias are stepped in a private replica
-        merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`).
-        """
-        indptr, indices, values, labels = data
-        lev, widths, offsets, V, w, w0 = model
-        accV1, accV2, accw1, accw2, acc0 = state
+    def span(j0, j1, j_end, step, ptr, idx, val, lab, model, state, hyper, reg_v, task, nested, variant, hot,
+             replica, scratch, dirty, touched, n_touched, loss):
+        """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features in
+        ``replica``; a hot feature's slot is added to ``touched`` (and marked ``dirty``) the
+        first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
+        Without reference counts (forward.NO_REFCOUNT)."""
+        lev, widths, offsets, V, w, _ = model
+        accV1, accV2, accw1, accw2, _ = state
+        Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]
+        W0, A0 = replica[12], replica[14]
+        soff, S, T, Q, R, B, a_free, a_dep, b_dep, d, unit = scratch
         m = widths.shape[0]
-        has_values = values.shape[0] > 0
-        soff, S, T, Q, R, B = row_scratch(widths)
-        unit = row_unit(widths)
-        a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
-        a_dep = np.zeros(m)    # the same for a dependent level l < k_i
-        b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
-        d = np.zeros(m)        # L'(B_{1,p}, B_{1,p+1}), p = 0..m-2
+        has_values = val.shape[0] > 0
+        stride = soff[m]
         beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
         lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
         dep_weight = hyper[H_DEP_WEIGHT]
-        longest = 0
-        for r in range(indptr.shape[0] - 1):
-            longest = max(longest, indptr[r + 1] - indptr[r])
-        ptr = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
-        idx = np.empty(CHUNK_ROWS * longest, dtype=indices.dtype)
-        val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
-        lab = np.empty(CHUNK_ROWS)
-        stride = soff[m]
-        no_bits = np.empty(0, dtype=np.uint8)  # ids are not rewritten: this loop tests hot[i] itself
-        replica = new_replica(hot_ids, lev, widths, offsets, soff, model, state)
-        Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]
-        W0, A0 = replica[12], replica[14]
-        dirty = np.zeros(hot_ids.shape[0], dtype=np.bool_)
-        touched = np.empty(hot_ids.shape[0], dtype=np.int32)
-        n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
-        loss = 0.0
-        visited = 0  # rows this worker has visited (a merge every merge_rows of them)
-        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        pos = block_lo
-        while pos < block_hi:
-            if visited > 0 and visited % merge_rows == 0:
-                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
-                for k in range(n_touched):
-                    dirty[touched[k]] = False
-                n_touched = np.int64(0)
-            visited += 1
-            j = (pos - block_lo) % CHUNK_ROWS
-            if j == 0:
-                stop = min(pos + CHUNK_ROWS, block_hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot,
-                            np.int64(0))  # int64 as the serial loop's first row (one compile)
-            if pos + PREFETCH_AHEAD < stop:
+        for j in range(j0, j1):
+            if j + PREFETCH_AHEAD < j_end:
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
             a, b = ptr[j], ptr[j + 1]
@@ -329,7 +296,7 @@ def _make_trainer(method):
             y_hat = lin + pair
             row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)
             loss += row_loss
-            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step0 + pos + 1)
+            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step + (j - j0) + 1)
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
             n_dep = row_top if nested else 0
@@ -359,8 +326,7 @@ def _make_trainer(method):
                 for l in range(top + 1):
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
-                    # calls on fixed arrays, not on one chosen array (assigning an array costs two
-                    # atomic reference-count operations), and cb = 0 a constant where it is
+                    # calls on fixed arrays, not on one chosen array, and cb = 0 a constant where it is
                     if hs >= 0:
                         start = np.uint64(hs) * np.uint64(stride) + so
                         if nested and l < top:
@@ -377,14 +343,59 @@ def _make_trainer(method):
                         else:
                             step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
                                          x, reg_v[l], lr_step, beta1, beta2, eps)
-            pos += 1
+        return loss, n_touched
+
+    def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
+                   hot_ids, merge_rows, claims):
+        """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
+        workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
+
+        With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
+        by slot), the hot features' parameters and the bias are stepped in a private replica
+        merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`). Rows are
+        gathered CHUNK_ROWS at a time and trained by this method's ``train_span`` (:func:`span`)
+        between merges.
+        """
+        indptr, indices, values, labels = data
+        lev, widths, offsets = model[0], model[1], model[2]
+        scratch = span_scratch(widths)
+        soff = scratch[0]
+        ptr, idx, val, lab = chunk_buffers(indptr, indices, values)
+        no_bits = np.empty(0, dtype=np.uint8)  # ids are not rewritten: the span tests hot[i] itself
+        replica = new_replica(hot_ids, lev, widths, offsets, soff, model, state)
+        dirty = np.zeros(hot_ids.shape[0], dtype=np.bool_)
+        touched = np.empty(hot_ids.shape[0], dtype=np.int32)
+        n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
+        loss = 0.0
+        visited = 0  # rows this worker has visited (a merge every merge_rows of them)
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
+        pos, stop = block_lo, block_lo
+        while pos < block_hi:
+            if visited > 0 and visited % merge_rows == 0:
+                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+                for k in range(n_touched):
+                    dirty[touched[k]] = False
+                n_touched = np.int64(0)
+            j = (pos - block_lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, block_hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot,
+                            np.int64(0))  # int64 as the serial loop's first row (one compile)
+            n = min(stop - pos, merge_rows - visited % merge_rows)  # up to the chunk's end or the next merge
+            loss, n_touched = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, idx, val, lab, model, state,
+                                         hyper, reg_v, task, nested, variant, hot, replica, scratch, dirty,
+                                         touched, n_touched, loss)
+            visited += n
+            pos += n
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
                 pos = block_lo
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 
-    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, rows_range))
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # rows_range's global train_span
+    return njit(**options)(with_steps(method, rows_range, train_span=jitted_span))
 
 
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
-from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, row_unit, top_level
+from rafmcli.kernels.forward import FAST, NO_REFCOUNT, pairwise_from_sums, row_start, row_unit, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
@@ -79,7 +79,7 @@ C_NEGATIVES, C_LOSS, C_NCE, C_NESTED, C_VARIANT, C_TRIES, C_REG_NEGATIVES = rang
 N_CONF = 7
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, so, Q, R, qo):
     """Add features feat[a:b] (values xs) to one row's sums: S, T at offset ``so``,
     Q, R at ``qo`` (the accumulation half of ``forward.row_forward``)."""
@@ -108,7 +108,7 @@ def add_sums(a, b, feat, xs, lev, widths, offsets, V, nested, soff, S, T, so, Q,
 
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST)
+@njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
 def linear_sum(a, b, feat, xs, w):
     s = 0.0
     for k in range(a, b):
@@ -116,7 +116,7 @@ def linear_sum(a, b, feat, xs, w):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", **NO_REFCOUNT)
 def row_gradients(y, shift, K, loss_kind, grad):
     """Loss of one positive (j = 0) and its K negatives on s_j = y_j - shift_j;
     fills grad[j] = dL/dy_j (module notes).

@@ -23,10 +23,19 @@ def _threads(n):
 
 
 def id_table(known, length):
-    """table[known[j]] = j, -1 elsewhere below ``length`` (the ids in ``known`` are distinct)."""
-    table = np.full(length, -1, dtype=np.int32)
+    """table[known[j]] = j, -1 elsewhere below ``length`` (the ids in ``known`` are distinct).
+    The -1s are written on every core: a table of 20M ids is 80 MB of fresh pages, and the
+    first write to each costs the kernel clearing it."""
+    table = np.empty(length, dtype=np.int32)
+    threads.spread(_fill, CHUNKS, table, -1, threads=_threads(length))
     threads.spread(_fill_table, CHUNKS, *read_only(known), table, threads=_threads(known.shape[0]))
     return table
+
+
+@njit(cache=True, nogil=True)
+def _fill(lo, hi, table, value):
+    n = table.shape[0]
+    table[lo * n // CHUNKS:hi * n // CHUNKS] = value
 
 
 @njit(cache=True, nogil=True)
@@ -34,6 +43,21 @@ def _fill_table(lo, hi, known, table):
     n = known.shape[0]
     for j in range(lo * n // CHUNKS, hi * n // CHUNKS):
         table[known[j]] = j
+
+
+def count_equal(table, value):
+    """How many entries of the int32 ``table`` equal ``value``: one pass on every core, no
+    temporary array (``np.count_nonzero(table == value)`` makes one of the table's length)."""
+    return sum(threads.spread(_count_equal, CHUNKS, read_only(table)[0], value, threads=_threads(table.shape[0])))
+
+
+@njit(cache=True, nogil=True)
+def _count_equal(lo, hi, table, value):
+    n = table.shape[0]
+    count = 0
+    for k in range(lo * n // CHUNKS, hi * n // CHUNKS):
+        count += table[k] == value
+    return count
 
 
 def map_ids(ids, table):

@@ -38,6 +38,7 @@ from numba import njit
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
+    NO_REFCOUNT,
     as_read_only,
     linear_part,
     prefetch,
@@ -183,7 +184,12 @@ def step_factors(V, a1, a2, start, width, unit, S, T, so, ca, cb, x, reg, lr, be
     raise NotImplementedError("a trainer's optimizer step: with_steps gives the method's own")
 
 
-def with_steps(method, kernel):
+def train_span(*args):
+    """Train on a span of gathered rows: in a row loop made by :func:`with_steps`, its method's own."""
+    raise NotImplementedError("a row loop's span: with_steps gives the method's own")
+
+
+def with_steps(method, kernel, **helpers):
     """``kernel`` (a plain function) whose global names ``step_weight`` and ``step_factors`` are
     ``method``'s own optimizer steps: the same code over a copy of its module's globals.
 
@@ -196,12 +202,21 @@ def with_steps(method, kernel):
     does not cover globals, so ``kernel`` must use its closure's ``method`` (the key's only
     difference between methods). The module's globals are copied when the trainers are
     made, below every name they use.
+
+    ``helpers``: more global names bound to this method's own jitted functions (a row loop's
+    span of rows, made by this function too). ``kernel`` is then cached under a name of its
+    own, ``<name>_m<method>``: numba names a function's cache files after it, and the loop
+    around a span need not use ``method`` itself.
     """
-    if "method" not in kernel.__code__.co_freevars:
+    if not helpers and "method" not in kernel.__code__.co_freevars:
         raise ValueError(f"{kernel.__name__} does not use its closure's method: one cache entry for every method")
     scope = dict(kernel.__globals__)
     scope["step_weight"], scope["step_factors"] = _STEPS[method]
-    return FunctionType(kernel.__code__, scope, kernel.__name__, kernel.__defaults__, kernel.__closure__)
+    scope.update(helpers)
+    made = FunctionType(kernel.__code__, scope, kernel.__name__, kernel.__defaults__, kernel.__closure__)
+    if helpers:
+        made.__qualname__ = f"{kernel.__qualname__}_m{method}"
+    return made
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -312,6 +327,24 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
         lab[j] = labels[r]
 
 
+@njit(cache=True, nogil=True)
+def span_scratch(widths):
+    """A worker's scratch for a span of rows: :func:`forward.row_scratch`'s six arrays, the
+    coefficients a_free, a_dep, b_dep and d (:func:`level_coefficients`), the row-wise unit."""
+    m = widths.shape[0]
+    return (*row_scratch(widths), np.empty(m), np.zeros(m), np.zeros(m), np.zeros(m), row_unit(widths))
+
+
+@njit(cache=True, nogil=True)
+def chunk_buffers(indptr, indices, values):
+    """A worker's (ptr, idx, val, lab) for :func:`gather_rows`: room for CHUNK_ROWS of the longest row."""
+    longest = 0
+    for r in range(indptr.shape[0] - 1):
+        longest = max(longest, indptr[r + 1] - indptr[r])
+    return (np.empty(CHUNK_ROWS + 1, dtype=np.int64), np.empty(CHUNK_ROWS * longest, dtype=indices.dtype),
+            np.empty(CHUNK_ROWS * longest if values.shape[0] > 0 else 0, dtype=values.dtype), np.empty(CHUNK_ROWS))
+
+
 def _make_trainers(method):
     """The serial epoch kernel with the optimizer ``method`` fixed.
 
@@ -320,63 +353,35 @@ def _make_trainers(method):
     a fifth of its speed).
     """
 
-    def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
-        """Visit rows order[lo:hi] (with ``replicas``' claims: blocks of ``order`` claimed from the
-        workers' counter), updating the model after each; return the summed loss.
+    def span(j0, j1, j_end, step, ptr, idx, val, lab, model, state, w0, acc0, hyper, reg_v, task, nested,
+             variant, scratch, loss):
+        """Train on rows j0..j1-1 of a gathered chunk (``ptr``, ``idx``, ``val``, ``lab``; its rows
+        end at ``j_end``), row j0 being optimizer step ``step`` + 1; returns ``loss`` plus theirs.
 
-        ``replicas`` (kernels/replicas.py): hot features and the bias are stepped in
-        this worker's copies, merged every ``merge_rows`` rows and at the end.
+        Without reference counts (forward.NO_REFCOUNT): the bias and linear steps, and the
+        factor steps of every level of every feature, inline. ``scratch``: row_scratch's
+        arrays, the coefficients a_free, a_dep, b_dep, d (:func:`level_coefficients`) and the
+        row-wise unit, all made by :func:`train_rows`.
         """
-        indptr, indices, values, labels = data
         lev, widths, offsets, V, w, _ = model
         accV1, accV2, accw1, accw2, _ = state
-        bits, slot, hot_ids, claims = replicas.bits, replicas.slot, replicas.hot_ids, replicas.claims
-        merge_rows = replicas.merge_rows
-        first = replicas_first_row(lo, order.shape[0], replicas)
-        base = open_copies(hot_ids, first, model, state)
-        w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
+        soff, S, T, Q, R, B, a_free, a_dep, b_dep, d, unit = scratch
         m = widths.shape[0]
-        has_values = values.shape[0] > 0
-        soff, S, T, Q, R, B = row_scratch(widths)
-        unit = row_unit(widths)
-        a_free = np.empty(m)   # coefficient of x (S_l - v x) for a feature's top level
-        a_dep = np.zeros(m)    # the same for a dependent level l < k_i
-        b_dep = np.zeros(m)    # coefficient of x (S_l - T_l) for a dependent level
-        d = np.zeros(m)        # L'(B_{1,p}, B_{1,p+1}), p = 0..m-2
+        has_values = val.shape[0] > 0
         beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
         lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
         dep_weight = hyper[H_DEP_WEIGHT]
-        longest = 0
-        for r in range(indptr.shape[0] - 1):
-            longest = max(longest, indptr[r + 1] - indptr[r])
-        ptr = np.empty(CHUNK_ROWS + 1, dtype=np.int64)
-        idx = np.empty(CHUNK_ROWS * longest, dtype=indices.dtype)
-        val = np.empty(CHUNK_ROWS * longest if has_values else 0, dtype=values.dtype)
-        ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (prediction's)
-        lab = np.empty(CHUNK_ROWS)
-        loss = 0.0
-        visited = 0  # rows this worker has visited (a merge every merge_rows of them)
-        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        pos = block_lo
-        while pos < block_hi:
-            if visited > 0 and visited % merge_rows == 0:
-                merge_copies(hot_ids, first, model, state, w0, acc0, base)
-            visited += 1
-            j = (pos - block_lo) % CHUNK_ROWS
-            if j == 0:
-                stop = min(pos + CHUNK_ROWS, block_hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first)
-            if pos + PREFETCH_AHEAD < stop:
+        for j in range(j0, j1):
+            if j + PREFETCH_AHEAD < j_end:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row(ptr[ahead], ptr[ahead + 1], ridx, lev, widths, offsets, V, accV1, w, accw1)
+                prefetch_row(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1)
             a, b = ptr[j], ptr[j + 1]
-            lin = w0[0] + linear_part(a, b, ridx, rval, w)
-            pair, row_top = row_forward(a, b, ridx, rval, lev, widths, offsets, V, nested, soff, S, T, Q,
-                                        R, B)
+            lin = w0[0] + linear_part(a, b, idx, val, w)
+            pair, row_top = row_forward(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T, Q, R, B)
             y_hat = lin + pair
             row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)
             loss += row_loss
-            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step0 + pos + 1)
+            lr_step, lr_dep = step_rates(method, lr, lr_dep_base, beta1, beta2, step + (j - j0) + 1)
             # gradient coefficients (module notes); a row has no level above row_top,
             # so d_p = 0 for p >= row_top
             n_dep = row_top if nested else 0
@@ -404,14 +409,52 @@ def _make_trainers(method):
                     else:
                         step_factors(V, accV1, accV2, start, width, unit, S, T, so, a_free[l] * x, 0.0,
                                      x, reg_v[l], lr_step, beta1, beta2, eps)
-            pos += 1
+        return loss
+
+    def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
+        """Visit rows order[lo:hi] (with ``replicas``' claims: blocks of ``order`` claimed from the
+        workers' counter), updating the model after each; return the summed loss.
+
+        Rows are gathered CHUNK_ROWS at a time and trained by this method's ``train_span``
+        (:func:`span`) between merges. ``replicas`` (kernels/replicas.py): hot features and
+        the bias are stepped in this worker's copies, merged every ``merge_rows`` rows and at
+        the end.
+        """
+        indptr, indices, values, labels = data
+        widths = model[1]
+        bits, slot, hot_ids, claims = replicas.bits, replicas.slot, replicas.hot_ids, replicas.claims
+        merge_rows = replicas.merge_rows
+        first = replicas_first_row(lo, order.shape[0], replicas)
+        base = open_copies(hot_ids, first, model, state)
+        w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
+        scratch = span_scratch(widths)
+        ptr, idx, val, lab = chunk_buffers(indptr, indices, values)
+        ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (prediction's)
+        loss = 0.0
+        visited = 0  # rows this worker has visited (a merge every merge_rows of them)
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
+        pos, stop = block_lo, block_lo
+        while pos < block_hi:
+            if visited > 0 and visited % merge_rows == 0:
+                merge_copies(hot_ids, first, model, state, w0, acc0, base)
+            j = (pos - block_lo) % CHUNK_ROWS
+            if j == 0:
+                stop = min(pos + CHUNK_ROWS, block_hi)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, bits, slot, first)
+            n = min(stop - pos, merge_rows - visited % merge_rows)  # up to the chunk's end or the next merge
+            loss = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, ridx, rval, lab, model, state, w0, acc0,
+                              hyper, reg_v, task, nested, variant, scratch, loss)
+            visited += n
+            pos += n
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
                 pos = block_lo
         merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 
-    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, train_rows))
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # train_rows' global train_span
+    return njit(**options)(with_steps(method, train_rows, train_span=jitted_span))
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

@@ -17,3 +17,13 @@ def read_only(*arrays):
         v.flags.writeable = False
         views.append(v)
     return tuple(views)
+
+
+# Per-row kernels compile without numba's reference counting (NRT). With it, a jitted
+# function increfs every array argument on entry and decrefs it on return, each an atomic
+# instruction in a call of its own, and numba's pruning leaves most of them: called once a
+# row (and an inlined step once a feature), they took half of FM(64) SGD's training time
+# on bench_threads' fields set and a third of prediction's. Such a kernel allocates
+# nothing and returns no array (its caller would release a reference it never took); it
+# may call other kernels and inline helpers, which then count no references either.
+NO_REFCOUNT = {"_nrt": False}

@@ -30,7 +30,7 @@ from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
-from rafmcli.kernels import read_only
+from rafmcli.kernels import NO_REFCOUNT, read_only
 from rafmcli.kernels.claims import counter_for, next_block
 
 # Reassociation lets reductions vectorise while NaN and inf keep their meaning;
@@ -38,15 +38,6 @@ from rafmcli.kernels.claims import counter_for, next_block
 FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 LINE_FLOATS = np.uint64(16)  # float32 values in a 64-byte cache line
-
-# Per-row kernels compile without numba's reference counting (NRT). With it, a jitted
-# function increfs every array argument on entry and decrefs it on return, each an atomic
-# instruction in a call of its own, and numba's pruning leaves most of them: called once a
-# row (and an inlined step once a feature), they took half of FM(64) SGD's training time
-# on bench_threads' fields set and a third of prediction's. Such a kernel allocates
-# nothing and returns no array (its caller would release a reference it never took); it
-# may call other kernels and inline helpers, which then count no references either.
-NO_REFCOUNT = {"_nrt": False}
 
 
 def _prefetch(locality, doc):

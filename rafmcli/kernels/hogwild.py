@@ -27,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels import NO_REFCOUNT
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
-    NO_REFCOUNT,
     pairwise_from_sums,
     prefetch,
     prefetch_l2,
@@ -273,7 +273,7 @@ def _make_trainer(method):
         """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features in
         ``replica``; a hot feature's slot is added to ``touched`` (and marked ``dirty``) the
         first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
-        Without reference counts (forward.NO_REFCOUNT)."""
+        Without reference counts (kernels.NO_REFCOUNT)."""
         lev, widths, offsets, V, w, _ = model
         accV1, accV2, accw1, accw2, _ = state
         Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]

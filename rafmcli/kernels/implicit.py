@@ -42,8 +42,9 @@ tests compile into a cache named after all sources).
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels import NO_REFCOUNT
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
-from rafmcli.kernels.forward import FAST, NO_REFCOUNT, pairwise_from_sums, row_start, row_unit, top_level
+from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, row_unit, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
@@ -67,6 +68,7 @@ from rafmcli.kernels.sgd import (
     level_coefficients,
     step_factors,
     step_weight,
+    train_span,
     with_steps,
 )
 
@@ -169,58 +171,29 @@ def _make_trainers(method):
     every process (the key hashes the closure's pickled dispatcher) and compile on every run.
     """
 
-    def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
-                        rng, t, forced, claims):
-        """Positives order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
-        workers' counter, kernels/claims.py), each with its K negatives; returns the summed loss.
-        order[pos] is optimizer step step0 + pos + 1.
-
-        ``forced`` (tests): a [n, K+2] array of (group, values...) to use instead
-        of drawing; empty to draw.
-        """
+    def span(pos0, pos1, order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, t, forced,
+             scratch, loss):
+        """Train on positives order[pos0:pos1] (:func:`train_positives`); returns ``loss`` plus
+        theirs. Without reference counts (kernels.NO_REFCOUNT); ``scratch`` from train_positives."""
         row_values = rows
         vptr, vfeat, vx = vocab
         group_ptr, group_prob, group_alias, value_prob, value_alias, logq, table = noise
         lev, widths, offsets, V, w, w0 = model
         accV1, accV2, accw1, accw2, acc0 = state
+        (soff, S, T, Q, R, B, y, lin, grad, grad_lin, shift, vals, a_free, a_dep, b_dep, d, sum_free, sum_dep,
+         coef_free, coef_dep) = scratch
         K, loss_kind, nce = conf[C_NEGATIVES], conf[C_LOSS], conf[C_NCE]
         nested, variant, tries = conf[C_NESTED] != 0, conf[C_VARIANT], conf[C_TRIES]
         reg_negatives = np.float64(conf[C_REG_NEGATIVES] != 0)
         G = row_values.shape[1]
         m = widths.shape[0]
-        soff = np.zeros(m + 1, dtype=np.int64)
-        for l in range(m):
-            soff[l + 1] = soff[l] + widths[l]
         W = soff[m]
         unit = row_unit(widths)
-        n_slots = K + 2  # slot 0: the context; slot j + 1: row j
-        S = np.empty(n_slots * W, dtype=np.float32)
-        T = np.empty(n_slots * W, dtype=np.float32)
-        Q = np.empty(n_slots * m)
-        R = np.empty(n_slots * m)
-        B = np.empty((K + 1) * m)
-        y = np.empty(K + 1)
-        lin = np.empty(K + 1)
-        grad = np.empty(K + 1)
-        grad_lin = np.empty(K + 1)  # each row's bias/linear coefficient (the authors' rule adds c Sum d_p)
-        shift = np.empty(K + 1)
         log_k = np.log(K)
-        vals = np.empty(K + 1, dtype=np.int64)
         n_dep = m - 1 if nested else 0  # dependent levels: a row's own may be fewer (then d_p = 0 above it)
-        a_free = np.empty((K + 1) * m)
-        a_dep = np.zeros((K + 1) * m)  # entries at and above n_dep stay 0
-        b_dep = np.zeros((K + 1) * m)
-        d = np.zeros(m)
-        sum_free = np.empty(W, dtype=np.float32)  # Sum_j a_free_j S^j
-        sum_dep = np.empty(W, dtype=np.float32)   # Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
-        coef_free = np.empty(m)
-        coef_dep = np.empty(m)
         beta1, beta2, eps = hyper[H_BETA1], hyper[H_BETA2], hyper[H_EPS]
         lr, lr_dep_base, dep_weight = hyper[H_LR], hyper[H_LR_DEP], hyper[H_DEP_WEIGHT]
-        loss = 0.0
-        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
-        pos = block_lo
-        while pos < block_hi:
+        for pos in range(pos0, pos1):
             r = order[pos]
             if forced.shape[0]:
                 g = forced[pos, 0]
@@ -327,13 +300,47 @@ def _make_trainers(method):
                                      (a_dep[c] if dependent else a_free[c]) * x,
                                      b_dep[c] * x if dependent else 0.0, x, observed * reg_v[l],
                                      lr_dep if dependent else lr_step, beta1, beta2, eps)
-            pos += 1
-            if pos == block_hi:  # the block is done: claim the next
-                block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
-                pos = block_lo
         return loss
 
-    return njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)(with_steps(method, train_positives))
+    def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
+                        rng, t, forced, claims):
+        """Positives order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
+        workers' counter, kernels/claims.py), each with its K negatives; returns the summed loss.
+        order[pos] is optimizer step step0 + pos + 1. Each block's positives are trained by this
+        method's ``train_span`` (:func:`span`).
+
+        ``forced`` (tests): a [n, K+2] array of (group, values...) to use instead
+        of drawing; empty to draw.
+        """
+        widths = model[1]
+        K = conf[C_NEGATIVES]
+        m = widths.shape[0]
+        soff = np.zeros(m + 1, dtype=np.int64)
+        for l in range(m):
+            soff[l + 1] = soff[l] + widths[l]
+        W = soff[m]
+        n_slots = K + 2  # slot 0: the context; slot j + 1: row j
+        scratch = (soff, np.empty(n_slots * W, dtype=np.float32), np.empty(n_slots * W, dtype=np.float32),  # S, T
+                   np.empty(n_slots * m), np.empty(n_slots * m), np.empty((K + 1) * m),  # Q, R, B
+                   np.empty(K + 1), np.empty(K + 1), np.empty(K + 1),  # y, lin, grad
+                   np.empty(K + 1),  # grad_lin: each row's bias/linear coefficient (the authors' rule adds c Sum d_p)
+                   np.empty(K + 1), np.empty(K + 1, dtype=np.int64),  # shift, vals
+                   np.empty((K + 1) * m), np.zeros((K + 1) * m), np.zeros((K + 1) * m),  # a_free, a_dep, b_dep:
+                   np.zeros(m),  # d                                 a_dep, b_dep stay 0 at and above n_dep
+                   np.empty(W, dtype=np.float32),  # sum_free: Sum_j a_free_j S^j
+                   np.empty(W, dtype=np.float32),  # sum_dep: Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
+                   np.empty(m), np.empty(m))  # coef_free, coef_dep
+        loss = 0.0
+        block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
+        while block_lo < block_hi:
+            loss = train_span(block_lo, block_hi, order, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
+                              rng, t, forced, scratch, loss)
+            block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
+        return loss
+
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # train_positives' global train_span
+    return njit(**options)(with_steps(method, train_positives, train_span=jitted_span))
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}

@@ -18,6 +18,8 @@ Kernels are free of I/O; tunables arrive as arguments (numba freezes globals).
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels import NO_REFCOUNT
+
 EMPTY = np.uint64(0)
 MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 MIX2 = np.uint64(0x94D049BB133111EB)
@@ -152,7 +154,7 @@ def in_table(table, h):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, **NO_REFCOUNT)
 def draw_values(r, g, row_values, group_ptr, value_prob, value_alias, table, tries, K, vals, rng, t):
     """vals[0] = row r's value of group g, vals[1..K] = draws from Q2 of group g.
 

@@ -35,10 +35,10 @@ from types import FunctionType
 import numpy as np
 from numba import njit
 
+from rafmcli.kernels import NO_REFCOUNT
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
 from rafmcli.kernels.forward import (
     FAST,
-    NO_REFCOUNT,
     as_read_only,
     linear_part,
     prefetch,
@@ -358,7 +358,7 @@ def _make_trainers(method):
         """Train on rows j0..j1-1 of a gathered chunk (``ptr``, ``idx``, ``val``, ``lab``; its rows
         end at ``j_end``), row j0 being optimizer step ``step`` + 1; returns ``loss`` plus theirs.
 
-        Without reference counts (forward.NO_REFCOUNT): the bias and linear steps, and the
+        Without reference counts (kernels.NO_REFCOUNT): the bias and linear steps, and the
         factor steps of every level of every feature, inline. ``scratch``: row_scratch's
         arrays, the coefficients a_free, a_dep, b_dep, d (:func:`level_coefficients`) and the
         row-wise unit, all made by :func:`train_rows`.

@@ -105,7 +105,7 @@ def row_unit(widths):
     narrowest level's width: rows are disjoint and at least unit wide, so no two share an
     entry, and the state needs V's size // unit entries (FM: one a feature)."""
     unit = widths[0]
-    for width in widths[1:]:  # not widths.min(): it allocates, which a NO_REFCOUNT kernel cannot
+    for width in widths[1:]:  # not widths.min(): numba does not compile it without reference counts
         unit = min(unit, width)
     return np.uint64(unit)
 

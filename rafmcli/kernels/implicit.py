@@ -303,33 +303,15 @@ def _make_trainers(method):
         return loss
 
     def train_positives(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf,
-                        rng, t, forced, claims):
+                        rng, t, forced, claims, scratch):
         """Positives order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
         workers' counter, kernels/claims.py), each with its K negatives; returns the summed loss.
         order[pos] is optimizer step step0 + pos + 1. Each block's positives are trained by this
-        method's ``train_span`` (:func:`span`).
+        method's ``train_span`` (:func:`span`, inlined); ``scratch``: :func:`positive_scratch`'s.
 
         ``forced`` (tests): a [n, K+2] array of (group, values...) to use instead
         of drawing; empty to draw.
         """
-        widths = model[1]
-        K = conf[C_NEGATIVES]
-        m = widths.shape[0]
-        soff = np.zeros(m + 1, dtype=np.int64)
-        for l in range(m):
-            soff[l + 1] = soff[l] + widths[l]
-        W = soff[m]
-        n_slots = K + 2  # slot 0: the context; slot j + 1: row j
-        scratch = (soff, np.empty(n_slots * W, dtype=np.float32), np.empty(n_slots * W, dtype=np.float32),  # S, T
-                   np.empty(n_slots * m), np.empty(n_slots * m), np.empty((K + 1) * m),  # Q, R, B
-                   np.empty(K + 1), np.empty(K + 1), np.empty(K + 1),  # y, lin, grad
-                   np.empty(K + 1),  # grad_lin: each row's bias/linear coefficient (the authors' rule adds c Sum d_p)
-                   np.empty(K + 1), np.empty(K + 1, dtype=np.int64),  # shift, vals
-                   np.empty((K + 1) * m), np.zeros((K + 1) * m), np.zeros((K + 1) * m),  # a_free, a_dep, b_dep:
-                   np.zeros(m),  # d                                 a_dep, b_dep stay 0 at and above n_dep
-                   np.empty(W, dtype=np.float32),  # sum_free: Sum_j a_free_j S^j
-                   np.empty(W, dtype=np.float32),  # sum_dep: Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
-                   np.empty(m), np.empty(m))  # coef_free, coef_dep
         loss = 0.0
         block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], False, BLOCK_ROWS)
         while block_lo < block_hi:
@@ -338,9 +320,39 @@ def _make_trainers(method):
             block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
         return loss
 
-    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
-    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # train_positives' global train_span
-    return njit(**options)(with_steps(method, train_positives, train_span=jitted_span))
+    # inlined, not called: see kernels/sgd.py (a compiling run and a cached one rounded differently)
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
+    jitted_span = njit(**options, inline="always")(with_steps(method, span))  # train_positives' global train_span
+    loop = njit(**options, nogil=True)(with_steps(method, train_positives, train_span=jitted_span))
+
+    def trainer(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, t, forced, claims):
+        """:func:`train_positives` with its scratch made first."""
+        return loop(order, lo, hi, step0, rows, vocab, noise, model, state, hyper, reg_v, conf, rng, t, forced, claims,
+                    positive_scratch(model[1], conf[C_NEGATIVES]))
+
+    return trainer
+
+
+@njit(cache=True, nogil=True)
+def positive_scratch(widths, K):
+    """A worker's scratch for :func:`_make_trainers`' span: soff and, for the context (slot 0)
+    and each of the K + 1 rows, S, T, Q, R, B and the rows' coefficients."""
+    m = widths.shape[0]
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    W = soff[m]
+    n_slots = K + 2  # slot 0: the context; slot j + 1: row j
+    return (soff, np.empty(n_slots * W, dtype=np.float32), np.empty(n_slots * W, dtype=np.float32),  # S, T
+            np.empty(n_slots * m), np.empty(n_slots * m), np.empty((K + 1) * m),  # Q, R, B
+            np.empty(K + 1), np.empty(K + 1), np.empty(K + 1),  # y, lin, grad
+            np.empty(K + 1),  # grad_lin: each row's bias/linear coefficient (the authors' rule adds c Sum d_p)
+            np.empty(K + 1), np.empty(K + 1, dtype=np.int64),  # shift, vals
+            np.empty((K + 1) * m), np.zeros((K + 1) * m), np.zeros((K + 1) * m),  # a_free, a_dep, b_dep
+            np.zeros(m),  # d (a_dep, b_dep stay 0 at and above n_dep)
+            np.empty(W, dtype=np.float32),  # sum_free: Sum_j a_free_j S^j
+            np.empty(W, dtype=np.float32),  # sum_dep: Sum_j a_dep_j S^j + b_dep_j (S^j - T^j)
+            np.empty(m), np.empty(m))  # coef_free, coef_dep
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, GRADIENT, ROWWISE)}

@@ -346,7 +346,8 @@ def chunk_buffers(indptr, indices, values):
 
 
 def _make_trainers(method):
-    """The serial epoch kernel with the optimizer ``method`` fixed.
+    """The row loop with the optimizer ``method`` fixed (one worker's; the serial epoch is one
+    worker): a Python function that makes the worker's buffers, then runs the jitted loop.
 
     The method is a compile-time constant, so the other optimizers' loops are
     pruned: with all of them in one function LLVM vectorised none (SGD ran at
@@ -411,24 +412,19 @@ def _make_trainers(method):
                                      x, reg_v[l], lr_step, beta1, beta2, eps)
         return loss
 
-    def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
+    def train_rows(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas, buffers):
         """Visit rows order[lo:hi] (with ``replicas``' claims: blocks of ``order`` claimed from the
         workers' counter), updating the model after each; return the summed loss.
 
         Rows are gathered CHUNK_ROWS at a time and trained by this method's ``train_span``
-        (:func:`span`) between merges. ``replicas`` (kernels/replicas.py): hot features and
-        the bias are stepped in this worker's copies, merged every ``merge_rows`` rows and at
-        the end.
+        (:func:`span`, inlined) between merges. ``replicas`` (kernels/replicas.py): hot features
+        and the bias are stepped in this worker's copies, merged every ``merge_rows`` rows and at
+        the end. ``buffers``: :func:`worker_buffers`' (this loop allocates nothing).
         """
         indptr, indices, values, labels = data
-        widths = model[1]
         bits, slot, hot_ids, claims = replicas.bits, replicas.slot, replicas.hot_ids, replicas.claims
         merge_rows = replicas.merge_rows
-        first = replicas_first_row(lo, order.shape[0], replicas)
-        base = open_copies(hot_ids, first, model, state)
-        w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
-        scratch = span_scratch(widths)
-        ptr, idx, val, lab = chunk_buffers(indptr, indices, values)
+        first, base, w0, acc0, scratch, ptr, idx, val, lab = buffers
         ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (prediction's)
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
@@ -452,9 +448,30 @@ def _make_trainers(method):
         merge_copies(hot_ids, first, model, state, w0, acc0, base)
         return loss
 
-    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
-    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # train_rows' global train_span
-    return njit(**options)(with_steps(method, train_rows, train_span=jitted_span))
+    # The span inlines into the loop: a span called as a function of its own ran, in the process
+    # that compiled it, a copy compiled apart from the one cached inside the loop, and the two
+    # rounded RaFM's SGD steps differently (a compiling run and a cached one differed).
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
+    jitted_span = njit(**options, inline="always")(with_steps(method, span))  # train_rows' global train_span
+    loop = njit(**options, nogil=True)(with_steps(method, train_rows, train_span=jitted_span))
+
+    def trainer(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas):
+        """:func:`train_rows` with this worker's buffers made first."""
+        buffers = worker_buffers(lo, order.shape[0], data, model, state, replicas)
+        return loop(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, replicas, buffers)
+
+    return trainer
+
+
+@njit(cache=True, nogil=True)
+def worker_buffers(lo, n_order, data, model, state, replicas):
+    """A row loop's arrays for the worker whose range starts at ``lo``: (its first replica row,
+    the replicas' base (replicas.open_copies), its bias and bias state, :func:`span_scratch`,
+    :func:`chunk_buffers`)."""
+    first = replicas_first_row(lo, n_order, replicas)
+    base = open_copies(replicas.hot_ids, first, model, state)
+    w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
+    return (first, base, w0, acc0, span_scratch(model[1]), *chunk_buffers(data[0], data[1], data[2]))
 
 
 _TRAINERS = {method: _make_trainers(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

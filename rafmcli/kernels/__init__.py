@@ -24,6 +24,7 @@ def read_only(*arrays):
 # instruction in a call of its own, and numba's pruning leaves most of them: called once a
 # row (and an inlined step once a feature), they took half of FM(64) SGD's training time
 # on bench_threads' fields set and a third of prediction's. Such a kernel allocates
-# nothing and returns no array (its caller would release a reference it never took); it
-# may call other kernels and inline helpers, which then count no references either.
+# nothing and returns no array (its caller would release a reference it never took). Helpers
+# it inlines count no references either; kernels it calls count their own unless they are
+# NO_REFCOUNT too.
 NO_REFCOUNT = {"_nrt": False}

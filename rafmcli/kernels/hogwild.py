@@ -346,25 +346,20 @@ def _make_trainer(method):
         return loss, n_touched
 
     def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
-                   hot_ids, merge_rows, claims):
+                   hot_ids, merge_rows, claims, buffers):
         """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
         workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
 
         With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
         by slot), the hot features' parameters and the bias are stepped in a private replica
         merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`). Rows are
-        gathered CHUNK_ROWS at a time and trained by this method's ``train_span`` (:func:`span`)
-        between merges.
+        gathered CHUNK_ROWS at a time and trained by this method's ``train_span`` (:func:`span`,
+        inlined) between merges. ``buffers``: :func:`replica_buffers`' (this loop allocates nothing).
         """
         indptr, indices, values, labels = data
         lev, widths, offsets = model[0], model[1], model[2]
-        scratch = span_scratch(widths)
+        scratch, ptr, idx, val, lab, replica, dirty, touched, no_bits = buffers
         soff = scratch[0]
-        ptr, idx, val, lab = chunk_buffers(indptr, indices, values)
-        no_bits = np.empty(0, dtype=np.uint8)  # ids are not rewritten: the span tests hot[i] itself
-        replica = new_replica(hot_ids, lev, widths, offsets, soff, model, state)
-        dirty = np.zeros(hot_ids.shape[0], dtype=np.bool_)
-        touched = np.empty(hot_ids.shape[0], dtype=np.int32)
         n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
         loss = 0.0
         visited = 0  # rows this worker has visited (a merge every merge_rows of them)
@@ -393,9 +388,30 @@ def _make_trainer(method):
         merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
         return loss
 
-    options = dict(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
-    jitted_span = njit(**options, **NO_REFCOUNT)(with_steps(method, span))  # rows_range's global train_span
-    return njit(**options)(with_steps(method, rows_range, train_span=jitted_span))
+    # inlined, not called: see kernels/sgd.py (a compiling run and a cached one rounded differently)
+    options = dict(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
+    jitted_span = njit(**options, inline="always")(with_steps(method, span))  # rows_range's global train_span
+    loop = njit(**options, nogil=True)(with_steps(method, rows_range, train_span=jitted_span))
+
+    def worker(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
+               merge_rows, claims):
+        """:func:`rows_range` with this worker's buffers made first."""
+        buffers = replica_buffers(data, model, state, hot_ids)
+        return loop(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
+                    merge_rows, claims, buffers)
+
+    return worker
+
+
+@njit(cache=True, nogil=True)
+def replica_buffers(data, model, state, hot_ids):
+    """A replica-aware worker's arrays: span_scratch, chunk_buffers, its replica
+    (:func:`new_replica`), the dirty flags and touched slots of its hot features, and gather_rows'
+    empty bits (ids are not rewritten: the span tests hot[i] itself)."""
+    scratch = span_scratch(model[1])
+    replica = new_replica(hot_ids, model[0], model[1], model[2], scratch[0], model, state)
+    return (scratch, *chunk_buffers(data[0], data[1], data[2]), replica, np.zeros(hot_ids.shape[0], dtype=np.bool_),
+            np.empty(hot_ids.shape[0], dtype=np.int32), np.empty(0, dtype=np.uint8))
 
 
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}

@@ -25,6 +25,9 @@ def read_only(*arrays):
 # row (and an inlined step once a feature), they took half of FM(64) SGD's training time
 # on bench_threads' fields set and a third of prediction's. Such a kernel allocates
 # nothing and returns no array (its caller would release a reference it never took). Helpers
-# it inlines count no references either; kernels it calls count their own unless they are
-# NO_REFCOUNT too.
+# it inlines count no references either, and so may a kernel it calls that does not set
+# ``_nrt`` itself: numba lets such a callee inherit the flag from whichever caller compiles
+# it first, so those callees must keep the same rule (today only sampling.row_hash, which
+# returns a number). The flag is not in numba's cache key: after changing it, clear
+# ``__pycache__``.
 NO_REFCOUNT = {"_nrt": False}

@@ -35,7 +35,7 @@ count; a genre, which nearly every item has, up to K+1 times per positive
 while its gradients over the rows that share it cancel).
 
 numba caches this file's kernels keyed by this file only: after editing
-kernels/sgd.py, forward.py, sampling.py or claims.py, clear ``__pycache__`` (the
+kernels/__init__.py, sgd.py, forward.py, sampling.py or claims.py, clear ``__pycache__`` (the
 tests compile into a cache named after all sources).
 """
 

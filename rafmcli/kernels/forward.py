@@ -161,15 +161,23 @@ def sigmoid(z):
 
 
 @njit(cache=True, nogil=True)
+def level_offsets(widths):
+    """soff: level l's sums start at soff[l] = D_1 + ... + D_{l-1} in S and T (soff[m]: their length)."""
+    m = widths.shape[0]
+    soff = np.zeros(m + 1, dtype=np.int64)
+    for l in range(m):
+        soff[l + 1] = soff[l] + widths[l]
+    return soff
+
+
+@njit(cache=True, nogil=True)
 def row_scratch(widths):
     """A thread's scratch for :func:`row_forward`: soff (level l's sums start at soff[l] =
     D_1 + ... + D_{l-1}), S and T (float32, D_1 + ... + D_m each), Q, R and B (one per level).
     T starts at zero: one level (:func:`fm_sums`) never writes it, and Adam's and the gradient's
     factor steps read it times 0 (kernels/sgd.py), which garbage such as NaN would not survive."""
     m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
+    soff = level_offsets(widths)
     return soff, np.empty(soff[m], dtype=np.float32), np.zeros(soff[m], dtype=np.float32), np.empty(m), \
         np.empty(m), np.empty(m)
 

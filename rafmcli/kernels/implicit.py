@@ -44,7 +44,7 @@ from numba import njit
 
 from rafmcli.kernels import NO_REFCOUNT
 from rafmcli.kernels.claims import BLOCK_ROWS, next_block
-from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, row_unit, top_level
+from rafmcli.kernels.forward import FAST, level_offsets, pairwise_from_sums, row_start, row_unit, top_level
 from rafmcli.kernels.sampling import draw_alias, draw_values
 from rafmcli.kernels.sgd import (
     ADAGRAD,
@@ -338,9 +338,7 @@ def positive_scratch(widths, K):
     """A worker's scratch for :func:`_make_trainers`' span: soff and, for the context (slot 0)
     and each of the K + 1 rows, S, T, Q, R, B and the rows' coefficients."""
     m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
+    soff = level_offsets(widths)
     W = soff[m]
     n_slots = K + 2  # slot 0: the context; slot j + 1: row j
     return (soff, np.empty(n_slots * W, dtype=np.float32), np.empty(n_slots * W, dtype=np.float32),  # S, T

@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from rafmcli.kernels.claims import counter_for, next_block
-from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_start, top_level
+from rafmcli.kernels.forward import FAST, pairwise_from_sums, row_scratch, row_start, top_level
 from rafmcli.kernels.implicit import ZERO, add_sums, linear_sum
 
 
@@ -81,14 +81,8 @@ def _alone(a, b, feat, xs, lev, widths, offsets, V, w, nested, soff, S, T, Q, R,
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def candidate_constants(lo, hi, vptr, vfeat, vx, lev, widths, offsets, V, w, nested):
     """const(c) of values lo..hi-1 (module notes)."""
-    m = widths.shape[0]
-    soff = np.zeros(m + 1, dtype=np.int64)
-    for l in range(m):
-        soff[l + 1] = soff[l] + widths[l]
+    soff, S, T, Q, R, B = row_scratch(widths)
     out = np.empty(hi - lo)
-    S = np.empty(soff[m], dtype=np.float32)
-    T = np.empty(soff[m], dtype=np.float32)
-    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
     for v in range(lo, hi):
         out[v - lo] = _alone(vptr[v], vptr[v + 1], vfeat, vx, lev, widths, offsets, V, w, nested, soff,
                              S, T, Q, R, B)
@@ -96,11 +90,6 @@ def candidate_constants(lo, hi, vptr, vfeat, vx, lev, widths, offsets, V, w, nes
 
 
 ROW_CHUNKS = 256  # chunks of rows the threads claim (kernels/claims.py)
-
-
-def _level_offsets(widths):
-    """soff: where each level's sums start in S and T (soff[m]: their length)."""
-    return np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
 
 
 def top_k(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl, k, lev, widths,
@@ -117,20 +106,17 @@ def top_k(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl
     scores = np.full((n, k), -np.inf)
     n_chunks = max(1, min(n, ROW_CHUNKS))
     threads.spread(_top_k_chunks, n_chunks, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx,
-                   excl_ptr, excl, k, lev, widths, offsets, V, w, w0, nested, _level_offsets(widths), ids, scores,
+                   excl_ptr, excl, k, lev, widths, offsets, V, w, w0, nested, ids, scores,
                    counter_for(n_threads), threads=n_threads)
     return ids, scores
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
 def _top_k_chunks(c_lo, c_hi, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl,
-                  k, lev, widths, offsets, V, w, w0, nested, soff, ids, scores, claims):
+                  k, lev, widths, offsets, V, w, w0, nested, ids, scores, claims):
     """:func:`top_k` for the chunks of rows this worker claims from ``claims`` (empty: c_lo..c_hi-1)."""
-    m = widths.shape[0]
     n = parts.shape[0]
-    S = np.empty(soff[m], dtype=np.float32)
-    T = np.empty(soff[m], dtype=np.float32)
-    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    soff, S, T, Q, R, B = row_scratch(widths)
     skip = np.zeros(hi - lo, dtype=np.bool_)
     first, last = next_block(claims, c_lo, c_hi, n_chunks, False, 1)
     while first < last:
@@ -180,22 +166,18 @@ def rank_counts(feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr
     out = np.zeros((n, 4), dtype=np.int64)
     n_chunks = max(1, min(n, ROW_CHUNKS))
     threads.spread(_rank_chunks, n_chunks, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx,
-                   excl_ptr, excl, own, sampled, lev, widths, offsets, V, w, nested, _level_offsets(widths), out,
+                   excl_ptr, excl, own, sampled, lev, widths, offsets, V, w, nested, out,
                    counter_for(n_threads), threads=n_threads)
     return out
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
 def _rank_chunks(c_lo, c_hi, n_chunks, feat, xs, parts, group, lo, hi, const, vptr, vfeat, vx, excl_ptr, excl,
-                 own, sampled, lev, widths, offsets, V, w, nested, soff, out, claims):
+                 own, sampled, lev, widths, offsets, V, w, nested, out, claims):
     """:func:`rank_counts` for the chunks of rows this worker claims from ``claims`` (empty: c_lo..c_hi-1)."""
-    m = widths.shape[0]
     n = parts.shape[0]
-    S = np.empty(soff[m], dtype=np.float32)
-    T = np.empty(soff[m], dtype=np.float32)
-    S2 = np.empty(soff[m], dtype=np.float32)
-    T2 = np.empty(soff[m], dtype=np.float32)
-    Q, R, B = np.empty(m), np.empty(m), np.empty(m)
+    soff, S, T, Q, R, B = row_scratch(widths)
+    S2, T2 = np.empty_like(S), np.empty_like(T)  # the row's own part's sums
     skip = np.zeros(hi - lo, dtype=np.bool_)
     first, last = next_block(claims, c_lo, c_hi, n_chunks, False, 1)
     while first < last:

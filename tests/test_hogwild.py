@@ -68,8 +68,7 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(len(ranks), 0.01),
                 K.TASK_CLASSIFICATION, model.nested, VARIANTS["paper"], METHODS[method])
         if worker:
-            hot, _, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
-                                          hogwild.HOT_SHARE, hogwild.MAX_HOT)
+            hot, _ = hogwild.hot_set(order, kdata, model.w.size)
             assert (hot >= 0).sum() >= 10  # the replicas are used
             loss = hogwild.train_epoch(order, 1, *args, merge_rows=37)
         else:
@@ -114,8 +113,7 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
                 K.TASK_CLASSIFICATION, True, VARIANTS["paper"], METHODS[method])
         if worker:
             loss = hogwild.train_epoch(order, 1, *args, spare=spare, merge_rows=37)
-            _, hot_ids, _ = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
-                                                 hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
+            _, hot_ids = hogwild.hot_set(order, kdata, model.w.size, spare)
             assert hot_ids.size >= 10  # the replicas are used
             n, V = model.w.size, spare.model[3]
             replicas = V[n * 8:(n + hot_ids.size) * 8].reshape(-1, 8)
@@ -134,7 +132,7 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
 
 
 def test_gathered_rows_name_the_replicas_of_hot_features():
-    """gather_rows copies rows order[lo:hi] and rewrites each feature in the bit set to
+    """gather_rows copies rows order[lo:hi] and rewrites each feature with a slot to
     first + its slot (the worker's replica row); other ids and the values stay."""
     indptr = np.array([0, 3, 5, 6], dtype=np.int64)
     indices = np.array([9, 2, 17, 2, 5, 17], dtype=np.int32)
@@ -143,18 +141,15 @@ def test_gathered_rows_name_the_replicas_of_hot_features():
     indptr, indices, values, labels = read_only(indptr, indices, values, labels)  # as training passes them
     slot = np.full(20, -1, dtype=np.int32)
     slot[17], slot[2] = 0, 1
-    bits = np.zeros(3, dtype=np.uint8)
-    for i in (2, 17):
-        bits[i >> 3] |= 1 << (i & 7)
     ptr, idx, val, lab = np.empty(4, np.int64), np.empty(9, np.int32), np.empty(9, np.float32), np.empty(3)
     K.gather_rows(np.array([2, 0, 1], dtype=np.int64), 0, 3, indptr, indices, values, labels, ptr, idx, val, lab,
-                  bits, slot, 100)
+                  slot, 100)
     assert ptr[:4].tolist() == [0, 1, 4, 6]
     assert idx[:6].tolist() == [100, 9, 101, 100, 101, 5]
     assert val[:6].tolist() == [5, 0, 1, 2, 3, 4]
     assert lab[:3].tolist() == [1, 1, 0]
     K.gather_rows(np.array([0], dtype=np.int64), 0, 1, indptr, indices, values, labels, ptr, idx, val, lab,
-                  bits[:0], slot, 100)
+                  slot[:0], 100)
     assert idx[:3].tolist() == [9, 2, 17]
 
 
@@ -168,8 +163,8 @@ def test_each_worker_has_its_own_replica_rows():
     for items in range(1, 41):
         for n_threads in range(1, 13):
             n = max(1, min(n_threads, items))  # spread's count
-            replicas = Replicas(np.zeros(1, np.uint8), np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32),
-                                100, n, 1, np.empty(0, np.int64))
+            replicas = Replicas(np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1,
+                                np.empty(0, np.int64), False)
             bounds = threads.range_bounds(items, n)
             firsts = [R.first_row(lo, items, replicas) for lo in bounds[:-1]]
             assert firsts == [100 + t * n_hot for t in range(n)], (items, n_threads)
@@ -191,9 +186,8 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
         if workers:
             spare = hogwild.spare_rows(model, state, 2)
             state = spare.views
-            hot, hot_ids, bits = hogwild.hot_features(order, hogwild.HOT_SAMPLE, kdata[0], kdata[1], model.w.size,
-                                                      hogwild.SPARE_HOT_SHARE, hogwild.MAX_HOT)
-            replicas = Replicas(bits, hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64))  # no claims: own ranges
+            hot, hot_ids = hogwild.hot_set(order, kdata, model.w.size, spare)
+            replicas = Replicas(hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64), True)  # no claims: own ranges
             kmodel = (*spare.model, model.kernel_model()[5])
             train = K._TRAINERS[METHODS[method]]
             train(0, a, order, 0, kdata, kmodel, spare.state, *common, replicas)
@@ -377,6 +371,41 @@ def test_spare_rows_only_for_small_fm_models():
     big = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
     big.V = np.zeros(hogwild.SPARE_MAX_BYTES // 4 + 1, dtype=np.float32)
     assert hogwild.spare_rows(big, optimizer_state("sgd", big), 2) is None
+
+
+@pytest.mark.parametrize("kind,ranks", [("fm", (4,)), ("rafm", (2, 4))])
+def test_hot_features_chosen_once_and_small_models_prefetched_for_writing(planted, monkeypatch, kind, ranks,
+                                                                          threads_on_small_data):
+    """A threaded run picks its hot features in its first epoch only (hot_features once in three
+    epochs); workers prefetch rows for writing when factors and state take at most
+    WRITE_PREFETCH_BYTES, and for reading above."""
+    from rafmcli import threads
+    from rafmcli.solvers.sgd import Training
+
+    picks, writes, spread = [], [], threads.spread
+
+    def counting(*args):
+        picks.append(1)
+        return choose(*args)
+
+    def recording(kernel, items, *args, threads=None):
+        if kernel in K._TRAINERS.values():  # FM's spare-row workers: the flag in their replicas
+            writes.append(args[-1].write_prefetch)
+        elif kernel in hogwild._WORKERS.values():
+            writes.append(args[-1])
+        return spread(kernel, items, *args, threads=threads)
+
+    choose = hogwild.hot_features
+    monkeypatch.setattr(hogwild, "hot_features", counting)
+    monkeypatch.setattr(threads, "spread", recording)
+    for limit, expected in ((hogwild.WRITE_PREFETCH_BYTES, True), (0, False)):
+        monkeypatch.setattr(hogwild, "WRITE_PREFETCH_BYTES", limit)
+        picks.clear()
+        run = Training(planted[0], Options(task="c", model=kind, ranks=ranks, method="adagrad", threads=2, iters=3,
+                                           early_stop=0, holdout=0.0))
+        run.advance(3)
+        assert len(picks) == 1 and run.hot is not None
+        assert writes[-3:] == [expected] * 3
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])

@@ -33,7 +33,7 @@ from rafmcli.kernels.forward import (
     FAST,
     pairwise_from_sums,
     prefetch,
-    prefetch_l2,
+    prefetch_line,
     prefetch_lines,
     row_start,
     row_unit,
@@ -86,7 +86,7 @@ MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fe
 
 
 @njit(cache=True, error_model="numpy", **NO_REFCOUNT)
-def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, hot):
+def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, hot, write):
     """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
     in the worker's replica, already in cache."""
     m = widths.shape[0]
@@ -101,11 +101,11 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
         for l in range(top_level(lev, i, m) + 1):
             start = row_start(offsets, widths, l, i)
             stop = start + np.uint64(widths[l])
-            prefetch_lines(V, start, stop)
+            prefetch_lines(V, start, stop, write)
             if rowwise:
-                prefetch_l2(accV1, start // unit)
+                prefetch_line(accV1, start // unit, write)
             elif accV1.shape[0]:
-                prefetch_lines(accV1, start, stop)
+                prefetch_lines(accV1, start, stop, write)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
@@ -247,7 +247,7 @@ def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
 
 @njit(cache=True, error_model="numpy")
 def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max_hot):
-    """(slot of each feature or -1, features by slot, bit set of them): the features in at least ``min_share``
+    """(slot of each feature or -1, features by slot): the features in at least ``min_share``
     of the first ``sample_rows`` rows of ``order`` (at most ``max_hot``, most frequent first)."""
     counts = np.zeros(n_features, dtype=np.int32)
     n = min(sample_rows, order.shape[0])
@@ -259,21 +259,20 @@ def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max
     ids = np.nonzero(counts >= need)[0]
     ids = ids[stable_argsort(-counts[ids])][:max_hot].astype(np.int32)
     slot = np.full(n_features, -1, dtype=np.int32)
-    bits = np.zeros(n_features // 8 + 1, dtype=np.uint8)
     for s in range(ids.shape[0]):
         slot[ids[s]] = s
-        bits[ids[s] >> 3] |= np.uint8(1 << (ids[s] & 7))
-    return slot, ids, bits
+    return slot, ids
 
 
 def _make_trainer(method):
     """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
     def span(j0, j1, j_end, step, ptr, idx, val, lab, model, state, hyper, reg_v, task, nested, variant, hot,
-             replica, scratch, dirty, touched, n_touched, loss):
+             replica, scratch, dirty, touched, n_touched, write, loss):
         """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features in
         ``replica``; a hot feature's slot is added to ``touched`` (and marked ``dirty``) the
         first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
-        Without reference counts (kernels.NO_REFCOUNT)."""
+        ``write``: prefetch for writing (forward.prefetch_write). Without reference counts
+        (kernels.NO_REFCOUNT)."""
         lev, widths, offsets, V, w, _ = model
         accV1, accV2, accw1, accw2, _ = state
         Vh, A1h, A2h, wh, aw1h, aw2h = replica[0], replica[2], replica[4], replica[6], replica[8], replica[10]
@@ -288,7 +287,8 @@ def _make_trainer(method):
         for j in range(j0, j1):
             if j + PREFETCH_AHEAD < j_end:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot)
+                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot,
+                                 write)
             a, b = ptr[j], ptr[j + 1]
             lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
             pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
@@ -346,7 +346,7 @@ def _make_trainer(method):
         return loss, n_touched
 
     def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
-                   hot_ids, merge_rows, claims, buffers):
+                   hot_ids, merge_rows, claims, write, buffers):
         """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
         workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
 
@@ -354,11 +354,12 @@ def _make_trainer(method):
         by slot), the hot features' parameters and the bias are stepped in a private replica
         merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`). Rows are
         gathered CHUNK_ROWS at a time and trained by this method's ``train_span`` (:func:`span`,
-        inlined) between merges. ``buffers``: :func:`replica_buffers`' (this loop allocates nothing).
+        inlined) between merges. ``write``: prefetch rows for writing (forward.prefetch_write).
+        ``buffers``: :func:`replica_buffers`' (this loop allocates nothing).
         """
         indptr, indices, values, labels = data
         lev, widths, offsets = model[0], model[1], model[2]
-        scratch, ptr, idx, val, lab, replica, dirty, touched, no_bits = buffers
+        scratch, ptr, idx, val, lab, replica, dirty, touched, no_slot = buffers
         soff = scratch[0]
         n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
         loss = 0.0
@@ -374,12 +375,12 @@ def _make_trainer(method):
             j = (pos - block_lo) % CHUNK_ROWS
             if j == 0:
                 stop = min(pos + CHUNK_ROWS, block_hi)
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_bits, hot,
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_slot,
                             np.int64(0))  # int64 as the serial loop's first row (one compile)
             n = min(stop - pos, merge_rows - visited % merge_rows)  # up to the chunk's end or the next merge
             loss, n_touched = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, idx, val, lab, model, state,
                                          hyper, reg_v, task, nested, variant, hot, replica, scratch, dirty,
-                                         touched, n_touched, loss)
+                                         touched, n_touched, write, loss)
             visited += n
             pos += n
             if pos == block_hi:  # the block is done: claim the next
@@ -394,11 +395,11 @@ def _make_trainer(method):
     loop = njit(**options, nogil=True)(with_steps(method, rows_range, train_span=jitted_span))
 
     def worker(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
-               merge_rows, claims):
+               merge_rows, claims, write):
         """:func:`rows_range` with this worker's buffers made first."""
         buffers = replica_buffers(data, model, state, hot_ids)
         return loop(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
-                    merge_rows, claims, buffers)
+                    merge_rows, claims, write, buffers)
 
     return worker
 
@@ -407,11 +408,11 @@ def _make_trainer(method):
 def replica_buffers(data, model, state, hot_ids):
     """A replica-aware worker's arrays: span_scratch, chunk_buffers, its replica
     (:func:`new_replica`), the dirty flags and touched slots of its hot features, and gather_rows'
-    empty bits (ids are not rewritten: the span tests hot[i] itself)."""
+    empty slots (ids are not rewritten: the span tests hot[i] itself)."""
     scratch = span_scratch(model[1])
     replica = new_replica(hot_ids, model[0], model[1], model[2], scratch[0], model, state)
     return (scratch, *chunk_buffers(data[0], data[1], data[2]), replica, np.zeros(hot_ids.shape[0], dtype=np.bool_),
-            np.empty(hot_ids.shape[0], dtype=np.int32), np.empty(0, dtype=np.uint8))
+            np.empty(hot_ids.shape[0], dtype=np.int32), np.empty(0, dtype=np.int32))
 
 
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}
@@ -428,6 +429,9 @@ class SpareRows(NamedTuple):
 
 
 SPARE_MAX_BYTES = 1 << 26  # larger FM factors (with their spare rows) are not copied
+WRITE_PREFETCH_BYTES = 1 << 23  # factors and optimizer state up to this size are prefetched for writing: they
+# live in the cores' caches, where a read hint leaves the store waiting for the other core's copy (fields set:
+# a gain); larger ones come from memory, where a write hint costs (the 1M-row set, forward.prefetch_write)
 
 
 def spare_rows(model, state, n_threads):
@@ -461,17 +465,31 @@ def spare_rows(model, state, n_threads):
     return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],))
 
 
+class HotSet(NamedTuple):
+    """The features each worker steps in its own replica."""
+
+    slot: np.ndarray  # each feature's slot among the hot ones, -1 if not hot
+    ids: np.ndarray   # the hot features by slot
+
+
+def hot_set(order, data, n_features, spare=None):
+    """The features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of the first
+    HOT_SAMPLE rows of ``order`` (at most MAX_HOT, most frequent first)."""
+    share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
+    return HotSet(*hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, share, MAX_HOT))
+
+
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
-                spare=None, merge_rows=MERGE_ROWS):
+                spare=None, hot=None, merge_rows=MERGE_ROWS):
     """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`)
     that claim blocks of ``order`` as they go (kernels/claims.py: a slow core takes fewer);
     returns the summed loss.
 
-    Features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of this epoch's first
-    HOT_SAMPLE rows are hot (at most MAX_HOT); each worker steps them in its
-    replica, merged every ``merge_rows`` rows (fewer on small data). ``spare``:
-    :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then run
-    kernels.sgd's row loop.
+    Each worker steps the ``hot`` features (a :class:`HotSet`; None: :func:`hot_set` of this
+    epoch's order) in its replica, merged every ``merge_rows`` rows (fewer on small data).
+    ``spare``: :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then
+    run kernels.sgd's row loop. Workers prefetch the rows they step for writing when the factors
+    and their optimizer state take at most WRITE_PREFETCH_BYTES (forward.prefetch_write).
     """
     from rafmcli.threads import spread
 
@@ -479,19 +497,19 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
     claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)
+    write = model[3].nbytes + state[0].nbytes + state[1].nbytes <= WRITE_PREFETCH_BYTES
     if spare is None and model[1].shape[0] == 1:  # one level, too large for spare rows: plain Hogwild
         unused = no_replicas()  # but each worker's bias is its own, merged every merge_rows rows
-        replicas = unused._replace(n_threads=n_threads, merge_rows=merge_rows, claims=claims)
+        replicas = unused._replace(n_threads=n_threads, merge_rows=merge_rows, claims=claims, write_prefetch=write)
         return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
                                 task, nested, variant, replicas, threads=n_threads)))
-    hot_share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
-    hot, hot_ids, bits = hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, hot_share, MAX_HOT)
+    slot, hot_ids = hot or hot_set(order, data, n_features, spare)
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
-        replicas = Replicas(bits, hot, hot_ids, n_features, n_threads, merge_rows, claims)
+        replicas = Replicas(slot, hot_ids, n_features, n_threads, merge_rows, claims, write)
         losses = spread(_TRAINERS[method], order.shape[0], order, step0, data, spare_model, spare.state,
                         hyper, reg_v, task, nested, variant, replicas, threads=n_threads)
     else:
         losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
-                        task, nested, variant, hot, hot_ids, merge_rows, claims, threads=n_threads)
+                        task, nested, variant, slot, hot_ids, merge_rows, claims, write, threads=n_threads)
     return float(sum(losses))

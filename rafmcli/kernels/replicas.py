@@ -22,20 +22,20 @@ from numba import njit
 class Replicas(NamedTuple):
     """What a Hogwild worker of kernels.sgd's row loop copies, and how it shares the work."""
 
-    bits: np.ndarray     # the hot features as a bit set (1/8 byte a feature: it stays in cache)
     slot: np.ndarray     # each feature's slot among the hot ones (-1: not hot)
     hot_ids: np.ndarray  # the hot features by slot
     n_features: int      # the model's own rows; the workers' copies follow them
     n_threads: int
     merge_rows: int      # rows between a worker's merges
     claims: np.ndarray   # the counter of claimed blocks of rows (kernels/claims.py; empty: own range)
+    write_prefetch: bool  # prefetch the rows to step for writing (forward.prefetch_write: a small model)
 
 
 @njit(cache=True)
 def none():
     """``replicas`` of the serial loop: no hot features, one merge (the bias) at the end."""
-    return Replicas(np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), 0, 1,
-                    1 << 62, np.empty(0, dtype=np.int64))
+    none32 = np.empty(0, dtype=np.int32)
+    return Replicas(none32, none32, 0, 1, 1 << 62, np.empty(0, dtype=np.int64), False)
 
 
 @njit(cache=True)

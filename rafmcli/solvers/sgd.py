@@ -174,6 +174,7 @@ class Training:
             self.data_rows = (*rows[:3], *read_only(np.asarray(data.labels, dtype=np.float64)))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.spare = None  # FM on several threads: arrays with room for the workers' replicas
+        self.hot = None  # several threads: the features each worker replicates (kernels/hogwild.hot_set)
         if self.n_threads > 1 and self.opts.method != "sgda":
             from rafmcli.kernels.hogwild import spare_rows
 
@@ -191,7 +192,7 @@ class Training:
     def __getstate__(self):
         """Everything but the data (and sgda's step sizes: `rafm tune` runs the STEP_METHODS)."""
         state = dict(self.__dict__)
-        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare"):
+        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare", "hot"):
             state[name] = None
         return state
 
@@ -259,7 +260,11 @@ class Training:
         if self.adaptive is not None:
             loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
         elif self.n_threads > 1:
-            loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare)
+            if self.hot is None:  # chosen once: choosing every epoch cost 2% of a fields epoch on 2 threads
+                from rafmcli.kernels.hogwild import hot_set
+
+                self.hot = hot_set(order, self.data_rows, self.kmodel[4].shape[0], self.spare)
+            loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare, hot=self.hot)
         else:
             loss = K.train_epoch(order, *args)
         model.w0 = float(self.kmodel[5][0])

@@ -82,6 +82,7 @@ HOT_SHARE = 1 / 512  # a hot feature is in at least this share of them (replica-
 SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose merges visit every copy, touched or not
 MAX_HOT = 4096  # at most this many hot features
 MERGE_ROWS = 1024  # rows between a worker's merges
+MERGE_AHEAD = 8  # hot features whose shared rows a merge prefetches ahead
 MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fewer rows between them)
 
 
@@ -188,6 +189,20 @@ def _merge(shared, g, local, base, h, width):
         base[h + f] = v
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _prefetch_shared(i, lev, widths, offsets, V, accV1, accV2, rowwise):
+    """Prefetch feature i's shared factor rows and their element-wise state for writing: between
+    merges nothing else touches them, and in a model larger than the caches they leave them."""
+    for l in range(top_level(lev, i, widths.shape[0]) + 1):
+        g = row_start(offsets, widths, l, i)
+        stop = g + np.uint64(widths[l])
+        prefetch_lines(V, g, stop, True)
+        if accV1.shape[0] and not rowwise:
+            prefetch_lines(accV1, g, stop, True)
+        if accV2.shape[0]:
+            prefetch_lines(accV2, g, stop, True)
+
+
 @njit(cache=True, error_model="numpy")
 def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, state, replica):
     """Merge the replicas of ``slots[:n_slots]`` (and the bias) into the shared model."""
@@ -198,6 +213,8 @@ def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, st
     stride = soff[m]
     rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
     for k in range(n_slots):
+        if k + MERGE_AHEAD < n_slots:
+            _prefetch_shared(hot_ids[slots[k + MERGE_AHEAD]], lev, widths, offsets, V, accV1, accV2, rowwise)
         s = slots[k]
         i = hot_ids[s]
         for l in range(top_level(lev, i, m) + 1):
@@ -285,6 +302,9 @@ def _make_trainer(method):
         lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
         dep_weight = hyper[H_DEP_WEIGHT]
         for j in range(j0, j1):
+            if j + 2 * PREFETCH_AHEAD < j_end:  # the slots prefetch_row_hot reads (4 bytes a feature: large)
+                for k in range(ptr[j + 2 * PREFETCH_AHEAD], ptr[j + 2 * PREFETCH_AHEAD + 1]):
+                    prefetch(hot, idx[k])
             if j + PREFETCH_AHEAD < j_end:
                 ahead = j + PREFETCH_AHEAD
                 prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot,

@@ -377,8 +377,8 @@ def test_spare_rows_only_for_small_fm_models():
 def test_hot_features_chosen_once_and_small_models_prefetched_for_writing(planted, monkeypatch, kind, ranks,
                                                                           threads_on_small_data):
     """A threaded run picks its hot features in its first epoch only (hot_features once in three
-    epochs); workers prefetch rows for writing when factors and state take at most
-    WRITE_PREFETCH_BYTES, and for reading above."""
+    epochs), none for plain Hogwild; workers prefetch rows for writing when factors and state take
+    at most WRITE_PREFETCH_BYTES, and for reading above; a hot set for another model is refused."""
     from rafmcli import threads
     from rafmcli.solvers.sgd import Training
 
@@ -406,6 +406,19 @@ def test_hot_features_chosen_once_and_small_models_prefetched_for_writing(plante
         run.advance(3)
         assert len(picks) == 1 and run.hot is not None
         assert writes[-3:] == [expected] * 3
+    if kind == "fm":  # too large for spare rows: plain Hogwild, no hot set
+        monkeypatch.setattr(hogwild, "SPARE_MAX_BYTES", 0)
+        picks.clear()
+        run = Training(planted[0], Options(task="c", model=kind, ranks=ranks, threads=2, iters=1, holdout=0.0))
+        run.advance(1)
+        assert run.spare is None and run.hot is None and not picks
+    kdata, kmodel = run.data_rows, run.kmodel
+    order = np.arange(planted[0].n_rows, dtype=np.int64)
+    slot, ids = hogwild.hot_set(order, kdata, kmodel[4].shape[0])
+    with pytest.raises(ValueError, match="hot set for"):  # a slot table the kernels would overrun
+        hogwild.train_epoch(order, 2, 0, kdata, kmodel, run.state, run.hyper, run.reg_v, K.TASK_CLASSIFICATION,
+                            run.model.nested, VARIANTS["paper"], METHODS["adagrad"], run.spare,
+                            hogwild.HotSet(slot[:-1], ids))
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])

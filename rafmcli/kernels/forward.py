@@ -80,14 +80,16 @@ For the many lines of a row's factors (FM(64) AdaGrad: over a hundred a row):
 measured 1.4x SGD's and 2.1x AdaGrad's rows per CPU-second on bench_train's
 1M-row set. The likely reason: a first-level hint holds one of the core's few
 first-level miss buffers until its line arrives; level-2 hints queue deeper.""")
-prefetch_write = _prefetch(2, """The same for writing (x86 prefetchw): the line arrives owned by this core.
+prefetch_write = _prefetch(2, """Ask the CPU to load arr[index] for writing (x86 prefetchw, which has no cache
+level): the line arrives owned by this core.
 
 For a small model shared by Hogwild threads, whose lines are mostly in the other
 core's cache: a read hint brings a line shared, and the step's store then waits
 for the other copy to be invalidated. Measured on bench_threads' fields set, FM(64)
 SGD on two threads: 9.0-9.1 ms an epoch against 10.8-11.1 with read hints. Not for
-a model in memory: the hint holds a first-level miss buffer until its line arrives
-(bench_train's 1M-row set, FM(64) SGD: 9% fewer rows/s on one thread, 13% on two).""", write=True)
+a model in memory as a row's many lines: the hint holds a first-level miss buffer until its
+line arrives (bench_train's 1M-row set, FM(64) SGD: 9% fewer rows/s on one thread, 13% on
+two). A Hogwild merge uses it on any model (hogwild.merge_replica: a few rows at a time).""", write=True)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -97,7 +99,6 @@ def prefetch_line(arr, index, write):
         prefetch_write(arr, index)
     else:
         prefetch_l2(arr, index)
-
 
 
 @njit(cache=True, error_model="numpy", inline="always")

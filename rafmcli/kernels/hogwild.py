@@ -492,6 +492,12 @@ class HotSet(NamedTuple):
     ids: np.ndarray   # the hot features by slot
 
 
+def replicates(model, spare):
+    """Whether Hogwild workers keep replicas of hot features: RaFM and DiFacto (``model``'s
+    levels), and FM with ``spare`` rows; an FM too large for them trains plain Hogwild."""
+    return spare is not None or model[1].shape[0] > 1
+
+
 def hot_set(order, data, n_features, spare=None):
     """The features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of the first
     HOT_SAMPLE rows of ``order`` (at most MAX_HOT, most frequent first)."""
@@ -505,20 +511,24 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     that claim blocks of ``order`` as they go (kernels/claims.py: a slow core takes fewer);
     returns the summed loss.
 
-    Each worker steps the ``hot`` features (a :class:`HotSet`; None: :func:`hot_set` of this
-    epoch's order) in its replica, merged every ``merge_rows`` rows (fewer on small data).
+    Where workers keep replicas (:func:`replicates`), each steps the ``hot`` features (a
+    :class:`HotSet` for ``model``; None: :func:`hot_set` of this epoch's order) in its replica,
+    merged every ``merge_rows`` rows (fewer on small data).
     ``spare``: :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then
     run kernels.sgd's row loop. Workers prefetch the rows they step for writing when the factors
-    and their optimizer state take at most WRITE_PREFETCH_BYTES (forward.prefetch_write).
+    and their optimizer state take at most WRITE_PREFETCH_BYTES (forward.prefetch_write; a
+    merge's prefetches are for writing whatever the size, :func:`_prefetch_shared`).
     """
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
+    if hot is not None and hot.slot.shape[0] != n_features:  # the kernels index it by feature, unchecked
+        raise ValueError(f"a hot set for {hot.slot.shape[0]} features given for a model of {n_features}")
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
     claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)
     write = model[3].nbytes + state[0].nbytes + state[1].nbytes <= WRITE_PREFETCH_BYTES
-    if spare is None and model[1].shape[0] == 1:  # one level, too large for spare rows: plain Hogwild
+    if not replicates(model, spare):  # plain Hogwild
         unused = no_replicas()  # but each worker's bias is its own, merged every merge_rows rows
         replicas = unused._replace(n_threads=n_threads, merge_rows=merge_rows, claims=claims, write_prefetch=write)
         return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,

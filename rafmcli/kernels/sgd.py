@@ -316,6 +316,10 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
             if has_values:
                 prefetch(values, indptr[r])
                 prefetch(values, indptr[r + 1] - 1)
+        if remapped and j + GATHER_AHEAD // 2 < n:  # its ids arrived: their slots (4 bytes a feature)
+            r = order[lo + j + GATHER_AHEAD // 2]
+            for k in range(indptr[r], indptr[r + 1]):
+                prefetch(slot, indices[k])
         r = order[lo + j]
         a, b = indptr[r], indptr[r + 1]
         for k in range(a, b):

@@ -174,7 +174,8 @@ class Training:
             self.data_rows = (*rows[:3], *read_only(np.asarray(data.labels, dtype=np.float64)))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.spare = None  # FM on several threads: arrays with room for the workers' replicas
-        self.hot = None  # several threads: the features each worker replicates (kernels/hogwild.hot_set)
+        self.hot = None  # several threads: the features each worker replicates (kernels/hogwild.hot_set; None
+        # until the first epoch, and for plain Hogwild)
         if self.n_threads > 1 and self.opts.method != "sgda":
             from rafmcli.kernels.hogwild import spare_rows
 
@@ -260,10 +261,11 @@ class Training:
         if self.adaptive is not None:
             loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
         elif self.n_threads > 1:
-            if self.hot is None:  # chosen once: choosing every epoch cost 2% of a fields epoch on 2 threads
-                from rafmcli.kernels.hogwild import hot_set
+            from rafmcli.kernels import hogwild
 
-                self.hot = hot_set(order, self.data_rows, self.kmodel[4].shape[0], self.spare)
+            if self.hot is None and hogwild.replicates(self.kmodel, self.spare):
+                # chosen once: choosing every epoch cost 2% of a fields epoch on 2 threads
+                self.hot = hogwild.hot_set(order, self.data_rows, self.kmodel[4].shape[0], self.spare)
             loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare, hot=self.hot)
         else:
             loss = K.train_epoch(order, *args)

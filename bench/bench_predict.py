@@ -11,7 +11,10 @@ median and range; rows/s is the file's rows over the whole command:
 * ``rafm predict --model M --out FILE DATA``;
 * ``rafm train ... --test DATA --out FILE`` minus the same training without
   ``--test``: the test set's share (reading it from the cache, predicting,
-  writing);
+  writing), the difference of the two medians. Each run builds a model of the
+  training rows' 2M features, whose first touch of fresh memory varies by up to
+  a second a process on this VM, so run-by-run differences are noise; the two
+  commands' medians and ranges are printed beside it;
 * in-process, the pieces of a prediction: loading the model (mapped, as
   rafm predict loads it, where the tree can), re-opening the
   cached file, ``predict_dataset`` (mapping ids, counting unseen ones and the
@@ -79,7 +82,7 @@ def run_tree(tree, path, train_path, workdir, repeats, cache_dir):
     r["predict"], r["predict_rss"] = [w for w, _, _ in runs], [m for _, m, _ in runs]
     with_test = [timed(train + ["--test", path, "--out", out], env)[0] for _ in range(repeats)]
     without = [timed(train, env)[0] for _ in range(repeats)]
-    r["test_share"] = [a - b for a, b in zip(with_test, without)]
+    r["with_test"], r["without_test"] = with_test, without
     pieces = [json.loads(timed([sys.executable, "-c", PIECES, model, path, out, train_path], env)[2])
               for _ in range(repeats)]
     r["pieces"] = {k: [p[k] for p in pieces] for k in pieces[0]}
@@ -115,7 +118,12 @@ def main(rows, train_rows, repeats, baseline):
     line("rafm predict, whole command (M rows/s)", lambda r: r["predict"], lambda s: rows / s / 1e6, ">= 2")
     line("  wall seconds", lambda r: r["predict"], lambda s: s)
     line("  peak RSS (MB)", lambda r: r["predict_rss"], lambda b: b / 1e6)
-    line("train --test --out, test share (M rows/s)", lambda r: r["test_share"], lambda s: rows / s / 1e6)
+    share = {n: statistics.median(results[n]["with_test"]) - statistics.median(results[n]["without_test"])
+             for n, _ in trees}
+    cells = "".join(f"{rows / share[n] / 1e6 if share[n] > 0 else float('nan'):>28,.2f}" for n, _ in trees)
+    print(f"{'train --test --out, test share (M rows/s)':<44}{cells}  >= 2")
+    line("  train with --test --out, wall seconds", lambda r: r["with_test"], lambda s: s)
+    line("  the same training alone, wall seconds", lambda r: r["without_test"], lambda s: s)
     for piece in results["rafm"]["pieces"]:
         line(f"  in-process: {piece} (s)", lambda r, p=piece: r["pieces"][p], lambda s: s)
     if baseline:

@@ -45,7 +45,6 @@ from rafmcli.kernels.sgd import (
     _TRAINERS,
     ADAGRAD,
     ADAM,
-    CHUNK_ROWS,
     H_BETA1,
     H_BETA2,
     H_BIAS_ON,
@@ -65,6 +64,7 @@ from rafmcli.kernels.sgd import (
     gather_rows,
     level_coefficients,
     loss_gradient,
+    next_span,
     no_replicas,
     span_scratch,
     step_factors,
@@ -392,12 +392,10 @@ def _make_trainer(method):
                 for k in range(n_touched):
                     dirty[touched[k]] = False
                 n_touched = np.int64(0)
-            j = (pos - block_lo) % CHUNK_ROWS
-            if j == 0:
-                stop = min(pos + CHUNK_ROWS, block_hi)
+            j, stop, n, gather = next_span(pos, block_lo, block_hi, stop, visited, merge_rows)
+            if gather:
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_slot,
                             np.int64(0))  # int64 as the serial loop's first row (one compile)
-            n = min(stop - pos, merge_rows - visited % merge_rows)  # up to the chunk's end or the next merge
             loss, n_touched = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, idx, val, lab, model, state,
                                          hyper, reg_v, task, nested, variant, hot, replica, scratch, dirty,
                                          touched, n_touched, write, loss)

@@ -284,6 +284,20 @@ def level_coefficients(g, d, n_dep, m, variant, dep_weight, a_free, a_dep, b_dep
     return g_lin
 
 
+@njit(cache=True, inline="always")
+def next_span(pos, block_lo, block_hi, stop, visited, merge_rows):
+    """Where a worker's row loop trains next, from row ``pos`` of its claimed block
+    [block_lo, block_hi): (j, stop, n, gather). Row pos is row j of its gathered chunk of
+    CHUNK_ROWS, which ends at ``stop`` (a new chunk when ``gather``: gather it first), and
+    the span runs n rows, to the chunk's end or the next merge (every ``merge_rows`` of the
+    ``visited`` rows)."""
+    j = (pos - block_lo) % CHUNK_ROWS
+    gather = j == 0
+    if gather:
+        stop = min(pos + CHUNK_ROWS, block_hi)
+    return j, stop, min(stop - pos, merge_rows - visited % merge_rows), gather
+
+
 @njit(cache=True, error_model="numpy")
 def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab, slot, first):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
@@ -442,11 +456,9 @@ def _make_trainers(method):
         while pos < block_hi:
             if visited > 0 and visited % merge_rows == 0:
                 merge_copies(hot_ids, first, model, state, w0, acc0, base)
-            j = (pos - block_lo) % CHUNK_ROWS
-            if j == 0:
-                stop = min(pos + CHUNK_ROWS, block_hi)
+            j, stop, n, gather = next_span(pos, block_lo, block_hi, stop, visited, merge_rows)
+            if gather:
                 gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, slot, first)
-            n = min(stop - pos, merge_rows - visited % merge_rows)  # up to the chunk's end or the next merge
             loss = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, ridx, rval, lab, model, state, w0, acc0,
                               hyper, reg_v, task, nested, variant, scratch, write, loss)
             visited += n

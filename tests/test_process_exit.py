@@ -17,3 +17,37 @@ def test_the_process_entry_point_freezes_the_collector_and_in_process_calls_do_n
     assert exc.value.code == 0 and frozen == [True]
     assert CliRunner().invoke(main, ["--version"]).exit_code == 0
     assert frozen == [True]
+
+
+SLOW_IMPORT_AND_FAIL = """
+import atexit, sys
+sys.path.insert(0, sys.argv[1])
+import click
+from rafmcli import jit
+from rafmcli.cli import main
+
+@main.command("fail-early")
+def fail_early():
+    jit.preload("slow_kernels")
+    raise click.UsageError("bad input")
+
+atexit.register(lambda: print("interpreter shutdown ran", file=sys.stderr))
+main(["fail-early"])
+"""
+
+
+def test_a_command_failing_while_kernels_preload_skips_the_interpreter_shutdown(tmp_path):
+    """A command that fails while jit.preload's thread still imports exits at once with its
+    status, without the interpreter's shutdown: run beside numba's import it crashed the
+    process (exit 139, about one `rafm predict` in eight failing early on one core)."""
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "slow_kernels.py").write_text("import time\ntime.sleep(60)\n")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", SLOW_IMPORT_AND_FAIL, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert time.perf_counter() - start < 30  # not after the 60 s import
+    assert done.returncode == 2 and done.stderr.endswith("Error: bad input\n"), done.stderr
+    assert "interpreter shutdown ran" not in done.stderr  # os._exit: no atexit hook, no module teardown

@@ -6,6 +6,7 @@ so that `rafm --help` starts fast and compiles nothing. numba's own start
 (see :class:`LeanNumba`) is kept short too.
 """
 
+import os
 import sys
 
 import click
@@ -141,6 +142,20 @@ def _ignore(unraisable):
     """sys.unraisablehook that shows nothing."""
 
 
+def _exit_now(code):
+    """End the process with SystemExit ``code`` without the interpreter's shutdown (what
+    :func:`rafmcli.jit.preloading` asks for): standard output and error flushed, then
+    os._exit. Every ``finally`` of the command has run; only atexit hooks are skipped."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)
+
+
 class RafmGroup(click.Group):
     """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
     every temporary file is removed and the exit status is 128 + the signal number.
@@ -159,8 +174,14 @@ class RafmGroup(click.Group):
         call :meth:`main` and are not affected."""
         import gc
 
+        from rafmcli import jit
+
         try:
             return super().__call__(*args, **kwargs)
+        except SystemExit as exc:
+            if jit.preloading():
+                _exit_now(exc.code)
+            raise
         finally:
             if self.signalled:
                 sys.unraisablehook = _ignore
@@ -179,7 +200,7 @@ class RafmGroup(click.Group):
             self.signalled = True
             sys.exit(128 + exc.signum)
         except MemoryError as exc:
-            click.echo(f"Error: out of memory ({exc or 'no detail'})", err=True)
+            click.echo(f"Error: out of memory ({str(exc) or 'no detail'})", err=True)
             sys.exit(2)
 
 

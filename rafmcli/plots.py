@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rafmcli.errors import InputError, printable
+from rafmcli.io.side_files import read_bytes, text_lines
 
 FORMATS = ("png", "svg", "pdf")
 INSTALL = "pip install 'rafm[plot]'"
@@ -75,11 +76,7 @@ class TrainLog:
 
 def read_log(path, label=None):
     """A --rlog table: a tab-separated header, then one row of numbers per epoch."""
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = [line.rstrip("\r\n") for line in fh]
-    except OSError as exc:
-        raise InputError(f"{printable(path)}: cannot open: {exc.strerror or exc}") from None
+    lines = [line.rstrip("\n") for line in text_lines(read_bytes(path, "--rlog file"), "utf-8", "surrogateescape")]
     if not lines or "epoch" not in lines[0].split("\t"):
         raise InputError(f"{printable(path)}:1: not a rafm --rlog file (no 'epoch' column in the header)")
     names = [printable(name) for name in lines[0].split("\t")]  # what matplotlib can draw

@@ -197,6 +197,36 @@ def test_character_devices(tmp_path, device, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["null", "urandom", "zero"]
 
 
+def test_side_files_are_never_devices_nor_endless_pipes(tmp_path, device, fifo, sample, monkeypatch):
+    """A model, --init-model, --meta, --levels, a libFM text model and a --rlog table on an
+    endless device fail at once (zipfile read a model's /dev/zero "to the end" until memory ran
+    out); a pipe is read up to side_files.PIPE_LIMIT bytes, then refused."""
+    from rafmcli.io import side_files
+
+    zero = device("zero", 1, 5)
+    train, test = sample("regression.train"), sample("regression.test")
+    implicit = sample("implicit.train")
+    for args, what in ((("predict", "--model", zero, test), "model file"),
+                       (("dump", "--model", zero), "model file"),
+                       (("train", "--task", "r", "--train", train, "--init-model", zero), "model file"),
+                       (("libfm", "-task", "r", "-method", "sgd", "-train", train, "-test", test, "-load_model", zero),
+                        "model file"),
+                       (("train", "--task", "implicit", "--train", implicit, "--meta", zero), "group file"),
+                       (("train", "--task", "r", "--train", train, "--model", "rafm", "--ranks", "4,8",
+                         "--levels", zero), "levels file"),
+                       (("plot", zero, "-o", tmp_path / "c.png"), "--rlog file")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and last_line(result) == f"Error: {zero}: a device, not a {what}", args
+    monkeypatch.setattr(side_files, "PIPE_LIMIT", 1000)
+    table = b"epoch\ttrain_loss\n" + b"".join(b"%d\t0.5\n" % e for e in range(1, 400))
+    result = invoke("plot", fifo("long.fifo", table), "-o", tmp_path / "c.png")
+    assert result.exit_code == 2
+    assert last_line(result) == f"Error: {tmp_path / 'long.fifo'}: more than 1,000 bytes from a pipe: not a --rlog file"
+    result = invoke("plot", fifo("short.fifo", table[:900]), "-o", tmp_path / "c.png")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "x.png").exists() and stat.S_ISCHR(os.lstat(zero).st_mode)
+
+
 def test_socket_path_and_socket_stdin(tmp_path):
     """Class 2: a socket file is refused at once; a socket on standard input is read like a pipe."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

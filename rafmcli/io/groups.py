@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rafmcli.errors import InputError
+from rafmcli.io.side_files import read_bytes
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,7 @@ def single_group(n_features):
 
 def read_groups(path):
     """Parse a group file; a bad line raises ``InputError`` as ``FILE:LINE: what (token)``."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    raw = read_bytes(path, "group file")
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     lines = raw.split(b"\n")

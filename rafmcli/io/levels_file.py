@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rafmcli.errors import InputError, printable
+from rafmcli.io.side_files import read_bytes
 
 INT32_MAX = 2147483647
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -37,11 +38,7 @@ def _bad(where, what, token):
 def read_levels_file(path, m):
     """Parse ``path`` for a model of ``m`` levels; a bad line raises InputError naming it."""
     name = printable(path)
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise InputError(f"{name}: cannot open: {exc.strerror or exc}") from None
+    text = read_bytes(path, "levels file")
     if text.startswith(b"\xef\xbb\xbf"):
         text = text[3:]
     ids, levels, seen = [], [], {}

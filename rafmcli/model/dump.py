@@ -34,6 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from rafmcli.errors import InputError
+from rafmcli.io.side_files import read_bytes, text_lines
 
 FLOAT = "%.9g"
 DENSE_SLACK = 4            # the text layout may write this many lines per stored feature
@@ -171,23 +172,23 @@ def read_text(path):
     from rafmcli.model.layout import Model, aligned_copy
 
     sections, name = {}, None
+    raw = read_bytes(path, "model file")
     try:
-        with open(path, encoding="ascii") as fh:
-            for line_no, line in enumerate(fh, 1):
-                line = line.rstrip("\r\n")
-                if line.startswith("#rafm sample "):
-                    raise InputError(f"{path}:{line_no}: '{line}': a dump of an MCMC model's samples cannot be "
-                                     f"loaded (its predictions average them); use its .rafm model file")
-                if line.startswith("#"):
-                    name = line.split(" level ")[0] if line.startswith("#pairwise") else line
-                    sections[name] = []
-                elif name is None:
-                    raise InputError(f"{path}:{line_no}: not a model file (expected '#global bias W0' or "
-                                     f"'#pairwise interactions Vj,f')")
-                else:
-                    sections[name].append(line)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        for line_no, line in enumerate(text_lines(raw, "ascii"), 1):
+            line = line.rstrip("\r\n")
+            if line.startswith("#rafm sample "):
+                raise InputError(f"{path}:{line_no}: '{line}': a dump of an MCMC model's samples cannot be "
+                                 f"loaded (its predictions average them); use its .rafm model file")
+            if line.startswith("#"):
+                name = line.split(" level ")[0] if line.startswith("#pairwise") else line
+                sections[name] = []
+            elif name is None:
+                raise InputError(f"{path}:{line_no}: not a model file (expected '#global bias W0' or "
+                                 f"'#pairwise interactions Vj,f')")
+            else:
+                sections[name].append(line)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
     if "#levels kj" in sections:
         raise InputError(f"{path}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
     rows = sections.get("#pairwise interactions Vj,f")

@@ -28,6 +28,7 @@ from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
 from rafmcli.io.checksum import pieces_checked
 from rafmcli.io.output import Outputs
+from rafmcli.io.side_files import refuse_device
 from rafmcli.model.layout import CACHE_LINE, STATE_ARRAYS, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
 
@@ -460,6 +461,7 @@ def load(path, text_ok=False, mapped=False):
     process would die of SIGBUS). Replacing it by a rename, as rafm's own writes
     of regular files do, is safe.
     """
+    refuse_device(path, "model file")
     if text_ok and not zipfile.is_zipfile(path):
         from rafmcli.model.dump import read_text
 

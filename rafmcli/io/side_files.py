@@ -1,0 +1,47 @@
+"""The small files read whole beside the data (--meta, --levels, libFM text models, --rlog
+tables) and the model files: never a device, never a pipe without end.
+
+/dev/zero as a group file, a model or a log would otherwise be read until memory ran out
+(zipfile reads a model's last bytes "to the end").
+"""
+
+import io
+import os
+import stat
+
+from rafmcli.errors import InputError, printable
+
+PIPE_LIMIT = 1 << 30  # bytes read from a pipe or FIFO before it is refused
+
+
+def refuse_device(path, what):
+    """InputError ``FILE: a device, not a WHAT`` when ``path`` is a character or block device
+    (/dev/zero, a terminal); other paths, missing ones too, are left to the caller's open."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise InputError(f"{printable(path)}: a device, not a {what}")
+
+
+def read_bytes(path, what):
+    """All of ``path``, a ``what`` ("group file"): a regular file whole, a pipe up to
+    PIPE_LIMIT bytes; a device, a longer pipe or a file that cannot be read is an InputError."""
+    refuse_device(path, what)
+    try:
+        with open(path, "rb") as fh:
+            if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return fh.read()
+            raw = fh.read(PIPE_LIMIT + 1)
+    except OSError as exc:
+        raise InputError(f"{printable(path)}: cannot open: {exc.strerror or exc}") from None
+    if len(raw) > PIPE_LIMIT:
+        raise InputError(f"{printable(path)}: more than {PIPE_LIMIT:,} bytes from a pipe: not a {what}")
+    return raw
+
+
+def text_lines(raw, encoding, errors="strict"):
+    """The lines of ``raw`` decoded, as a text file's iteration gives them (universal newlines:
+    \\n, \\r\\n and \\r end a line, each kept as \\n)."""
+    return io.StringIO(raw.decode(encoding, errors), newline=None)

@@ -230,6 +230,29 @@ def test_a_repeated_index_sums_where_libfm_keeps_both(tmp_path):
     np.testing.assert_allclose(np.loadtxt(tmp_path / "p.pred"), [0.75, 0.75])
 
 
+@pytest.mark.parametrize("line,token,what", [(2, "inf", "value is not finite"), (2, "nan", "value is not finite"),
+                                               (4, "-Infinity", "value is not finite"),
+                                               (7, "1e300", "value beyond float32"),
+                                               (5, "3.5e38", "value beyond float32"),
+                                               (7, "x", "not a number")])
+def test_a_text_model_value_that_is_not_finite_names_its_line(tmp_path, line, token, what):
+    """-load_model and --init-model refuse a libFM text model holding inf, nan, a number no float32
+    holds or no number, with FILE:LINE: what (token), exit 2 (an inf bias predicted the clip
+    maximum for every row, a nan one blamed the test data, 1e300 leaked numpy's warning)."""
+    lines = ["#global bias W0", "0", "#unary interactions Wj", "0", "0.5", "#pairwise interactions Vj,f", "0 0", "1 2"]
+    first, *rest = lines[line - 1].split()
+    lines[line - 1] = " ".join([token, *rest])
+    model, train = tmp_path / "m.txt", tmp_path / "train.libfm"
+    model.write_text("\n".join(lines) + "\n")
+    train.write_text("-100 0:1\n100 1:1\n")
+    for args in (["libfm", "-task", "r", "-method", "sgd", "-train", str(train), "-test", str(train), "-dim", "1,1,2",
+                  "-iter", "0", "-load_model", str(model), "-out", str(tmp_path / "p.pred")],
+                 ["train", "--task", "r", "--train", str(train), "--init-model", str(model), "--iter", "1"]):
+        result = run(args)
+        assert result.exit_code == 2 and result.output.splitlines()[-1] == f"Error: {model}:{line}: {what} ({token})"
+        assert "Warning" not in result.output and not (tmp_path / "p.pred").exists()
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

@@ -29,11 +29,12 @@ printed with 9 significant digits, enough to give back every float32 exactly.
 """
 
 import json
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from rafmcli.errors import InputError
+from rafmcli.errors import InputError, printable
 from rafmcli.io.side_files import read_bytes, text_lines
 
 FLOAT = "%.9g"
@@ -159,6 +160,27 @@ def _write_draw(model, fh):
     fh.write("\n]")
 
 
+def _numbers(path, lines, dtype=np.float32):
+    """The values of a text model's section ``lines`` ((line number, text) pairs), a list per line;
+    a token that is not a number, not finite or beyond ``dtype`` (3.5e38 is no float32) is an
+    InputError ``FILE:LINE: what (token)``."""
+    largest = float(np.finfo(dtype).max)
+    values = []
+    for line_no, text in lines:
+        row = []
+        for token in text.split():
+            try:
+                value = float(token)
+            except ValueError:
+                raise InputError(f"{path}:{line_no}: not a number ({printable(token, 60)})") from None
+            if not abs(value) <= largest:
+                what = "value is not finite" if not math.isfinite(value) else f"value beyond {np.dtype(dtype).name}"
+                raise InputError(f"{path}:{line_no}: {what} ({printable(token, 60)})")
+            row.append(value)
+        values.append(row)
+    return values
+
+
 def read_text(path):
     """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM).
 
@@ -186,7 +208,7 @@ def read_text(path):
                 raise InputError(f"{path}:{line_no}: not a model file (expected '#global bias W0' or "
                                  f"'#pairwise interactions Vj,f')")
             else:
-                sections[name].append(line)
+                sections[name].append((line_no, line))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     if "#levels kj" in sections:
@@ -195,16 +217,17 @@ def read_text(path):
     if not rows:
         raise InputError(f"{path}: no '#pairwise interactions Vj,f' section: not a libFM model")
     meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
+    V = _numbers(path, rows)
+    w = _numbers(path, sections.get("#unary interactions Wj", [(0, "0")] * len(rows)))
+    w0 = _numbers(path, (sections.get("#global bias W0") or [(0, "0")])[:1], np.float64)
     try:
-        V = np.array([[float(t) for t in row.split()] for row in rows], dtype=np.float32)
-        w = np.array([float(t) for t in sections.get("#unary interactions Wj", ["0"] * len(rows))],
-                     dtype=np.float32)
-        w0 = float((sections.get("#global bias W0") or ["0"])[0])
         target = float(meta.get("target_min", "inf")), float(meta.get("target_max", "-inf"))
     except ValueError as exc:
         raise InputError(f"{path}: not a number in the model ({exc})") from None
-    if V.ndim != 2 or V.shape[1] == 0 or w.shape[0] != V.shape[0] or not np.all(np.isfinite(V)):
+    if len({len(row) for row in V}) != 1 or not V[0] or any(len(row) != 1 for row in w) or len(w) != len(V) \
+            or len(w0[0]) != 1:
         raise InputError(f"{path}: damaged libFM model (sections of different lengths or ragged factors)")
+    V, w, w0 = np.array(V, dtype=np.float32), np.array(w, dtype=np.float32).ravel(), w0[0][0]
     if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
         raise InputError(f"{path}: damaged rafm line: task, link or samples not one of rafm's")
     n = V.shape[0]

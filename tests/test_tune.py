@@ -101,6 +101,21 @@ def tune_args(sample, tmp_path, tag, *extra):
             *extra]
 
 
+def test_threads_0_is_every_available_core(sample, tmp_path, monkeypatch):
+    """`rafm tune --threads 0` runs a worker per available core (threads.available_cores: the
+    affinity within a cgroup's quota), as `rafm train --threads 0` does; -1 is refused."""
+    from rafmcli import threads
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 1)
+    result = run(["tune", "--task", "r", "--train", sample("regression.train"), "--validation",
+                  sample("regression.validation"), "--trials", "1", "--iter", "1", "--threads", "0",
+                  "--table", str(tmp_path / "t.tsv")])
+    assert result.exit_code == 0, result.output
+    assert "; 1 worker process\n" in result.output
+    refused = run(["tune", "--task", "r", "--train", sample("regression.train"), "--threads", "-1"])
+    assert refused.exit_code == 2 and "-1 is not in the range x>=0" in refused.output
+
+
 def table_without_seconds(path):
     lines = [line.split("\t") for line in path.read_text().splitlines()]
     col = lines[0].index("seconds")

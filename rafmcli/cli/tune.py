@@ -1,7 +1,6 @@
 """`rafm tune`: search each model's hyper-parameters on validation data, report and keep the winner."""
 
 import math
-import os
 import shlex
 import sys
 import time
@@ -23,13 +22,6 @@ from rafmcli.options import DEFAULTS as D
 from rafmcli.options import METRICS, MODELS, STEP_METHODS
 
 TUNE_METHODS = (*STEP_METHODS, "als", "mcmc")
-
-
-def _cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 class ModelList(click.ParamType):
@@ -85,8 +77,9 @@ class ModelList(click.ParamType):
                    "before --save-model and --test.")
 @click.option("--test", type=INPUT, help="File to predict with the winner only (needs --out); never used to choose.")
 @click.option("--out", type=OUTPUT, help="Prediction file for --test; - for stdout.")
-@click.option("--threads", type=click.IntRange(1), default=None,
-              help="Trials trained at once, each in its own process.  [default: the number of CPUs]")
+@click.option("--threads", type=click.IntRange(0), default=None,
+              help="Trials trained at once, each in its own process; 0: every available core.  "
+                   "[default: every available core]")
 @click.option("--seed", type=SEED, default=D.seed, show_default=True,
               help="Seed of the configurations, the hold-out and every trial; the same seed gives the same "
                    "result whatever --threads.")
@@ -136,10 +129,11 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     if valid.n_rows == 0:
         raise InputError(f"{validation}: no rows")
     from rafmcli.solvers.tune import Search, Settings
+    from rafmcli.threads import available_cores
 
     settings = Settings(task=task, models=models, trials=trials, budget=budget * 60 if budget else None,
                         metric=metric, method=method, iters=iters, early_stop=early_stop, seed=seed,
-                        workers=threads or _cores(), top_rank=top_rank)
+                        workers=threads or available_cores(), top_rank=top_rank)
     echo = (lambda text: None) if quiet else (lambda text: click.echo(f"rafm tune: {text}", err=True))
     search = Search(settings, data, valid, echo)
     if not quiet:

@@ -92,3 +92,20 @@ def test_raw_regression_is_not_clipped(tmp_path):
     assert clipped.min() >= 1 and clipped.max() <= 3
     assert raw.min() < 1 or raw.max() > 3  # something was clipped
     np.testing.assert_allclose(np.clip(raw, 1, 3), clipped, rtol=1e-8)
+
+
+def test_a_file_name_is_escaped_in_every_line_that_names_it(tmp_path, sample):
+    """A test file named 'x<newline>rafm: fake.ok' cannot forge a line of its own in the unseen
+    features' warning (predict, train --test) nor in predict's metrics line: every name is
+    printable()'s, as in error lines."""
+    model = saved_model(tmp_path, sample, "r")[0]
+    name = tmp_path / "x\nrafm: fake.ok"
+    name.write_bytes(open(sample("regression.test"), "rb").read() + b"0 999999:1\n")
+    predicted = run(["predict", "--model", str(model), "--metrics", "--out", str(tmp_path / "p.txt"), str(name)])
+    trained = run(["train", "--task", "r", "--train", sample("regression.train"), "--iter", "1", "--test", str(name),
+                   "--out", str(tmp_path / "q.txt")])
+    escaped = str(name).replace("\n", "\\n")
+    for result, named in ((predicted, 2), (trained, 1)):  # train --test: the warning (no metrics line)
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.stderr.splitlines() if "fake.ok" in line]
+        assert len(lines) == named and all(line.startswith("rafm: ") and escaped in line for line in lines), lines

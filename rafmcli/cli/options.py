@@ -243,7 +243,9 @@ def warn_repeats(data):
 
 def warn_unseen(name, occurrences, distinct):
     if occurrences:
-        click.echo(f"rafm: {name}: {occurrences:,} occurrences of {distinct:,} features unseen in "
+        from rafmcli.errors import printable
+
+        click.echo(f"rafm: {printable(name)}: {occurrences:,} occurrences of {distinct:,} features unseen in "
                    f"training contribute nothing", err=True)
 
 

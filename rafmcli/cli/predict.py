@@ -13,6 +13,7 @@ from rafmcli.cli.options import (
     read,
     warn_unseen,
 )
+from rafmcli.errors import printable
 from rafmcli.options import DEFAULTS as D
 
 
@@ -89,7 +90,7 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
         for name, labels, finished in scored:
             values = finished if implicit else evaluate(model.task, labels, finished)
             shown = " ".join(f"{k} {v:.6g}" for k, v in values.items())
-            reports.append(f"rafm: {name}: {shown} ({labels.shape[0]:,} rows)")
+            reports.append(f"rafm: {printable(name)}: {shown} ({labels.shape[0]:,} rows)")
     with Outputs() as outputs:
         outputs.write(out, lambda fh: format_predictions(fh, parts[0] if len(parts) == 1 else np.concatenate(parts)),
                       binary=True)

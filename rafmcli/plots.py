@@ -68,10 +68,11 @@ def frequency_figure(named_counts, ranks):
 
 @dataclass
 class TrainLog:
-    """One --rlog file: its label and columns (name -> float array, NaN where missing)."""
+    """One --rlog file: its label, columns (name -> float array, NaN where missing) and path."""
 
     label: str
     columns: dict
+    path: str = ""
 
 
 def read_log(path, label=None):
@@ -92,9 +93,12 @@ def read_log(path, label=None):
         except ValueError:
             bad = next(c for c in cells if not _is_float(c))
             raise InputError(f"{printable(path)}:{line_no}: not a number ({printable(bad, 40)})") from None
+        infinite = next((c for c, v in zip(cells, rows[-1]) if math.isinf(v)), None)
+        if infinite is not None:  # NaN marks a missing value; rafm never logs an infinite one
+            raise InputError(f"{printable(path)}:{line_no}: value is not finite ({printable(infinite, 40)})")
     table = np.array(rows, dtype=float).reshape(len(rows), len(names))
     label = printable(label or os.path.splitext(os.path.basename(path))[0])
-    return TrainLog(label, {name: table[:, k] for k, name in enumerate(names)})
+    return TrainLog(label, {name: table[:, k] for k, name in enumerate(names)}, str(path))
 
 
 def _is_float(text):
@@ -119,7 +123,8 @@ def curves_figure(logs):
     """One panel per column (train_loss, validation metrics), one line per run, x = epoch."""
     names = curve_names(logs)
     if not names:
-        raise InputError(f"{logs[0].label}: no values to plot (only NaN)")
+        raise InputError(f"{', '.join(printable(log.path or log.label) for log in logs)}: no values to plot "
+                         f"(no epoch has a train_loss or validation metric)")
     cols = min(len(names), 3)
     rows = math.ceil(len(names) / cols)
     fig = figure_class()(figsize=(4.2 * cols, 3.2 * rows), layout="constrained")

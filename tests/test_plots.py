@@ -110,6 +110,23 @@ def test_logs_that_cannot_be_read_or_drawn_exit_2_in_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["far.tsv", "log\udcff.tsv"]
 
 
+def test_an_infinite_value_and_a_log_without_values_name_their_file(tmp_path):
+    """A log holding inf is FILE:LINE: value is not finite (inf) (it said 'only NaN'); logs with no
+    value to plot are named by their paths, suffix kept (it gave the label, 'rlh')."""
+    inf, header, nan = tmp_path / "rlinf.tsv", tmp_path / "rlh.tsv", tmp_path / "rln.tsv"
+    inf.write_text("epoch\ttrain_loss\n1\t0.5\n2\t-inf\n")
+    header.write_text("epoch\ttrain_loss\n")
+    nan.write_text("epoch\ttrain_loss\tauc\n1\tnan\tnan\n")
+    for logs, line in (([inf], f"Error: {inf}:3: value is not finite (-inf)"),
+                       ([header], f"Error: {header}: no values to plot (no epoch has a train_loss or validation "
+                                  f"metric)"),
+                       ([header, nan], f"Error: {header}, {nan}: no values to plot (no epoch has a train_loss or "
+                                       f"validation metric)")):
+        result = CliRunner().invoke(main, ["plot", *map(str, logs), "-o", str(tmp_path / "c.png")])
+        assert (result.exit_code, result.output.splitlines()) == (2, [line])
+    assert not (tmp_path / "c.png").exists()
+
+
 def test_without_matplotlib_exit_2_with_the_install_command(sample, tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)

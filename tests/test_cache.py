@@ -186,3 +186,24 @@ def test_unwritable_cache_warns_and_reads(datafile, tmp_path, monkeypatch, capsy
     data = read_dataset(datafile)
     assert data.n_rows == 3
     assert "cannot write cache" in capsys.readouterr().err
+
+
+def test_an_entry_stored_by_another_run_meanwhile_stands_without_a_warning(datafile, monkeypatch, capsys):
+    """Two runs storing one file's entry at once: the rename of the later one finds the earlier's
+    entry in place ('Directory not empty'); it keeps that entry, says nothing and leaves no
+    temporary directory (three parallel `rafm stats` on a fresh cache printed a warning)."""
+    real_replace = os.replace
+
+    def other_run_first(src, dst):
+        if os.path.basename(src).startswith(".tmp-") and os.path.isdir(src):
+            shutil.copytree(src, dst)  # the other run's entry, renamed into place just before ours
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(cache.os, "replace", other_run_first)
+    first = read_dataset(datafile)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(cache.os, "replace", real_replace)
+    entry = cache._entry_dir(datafile, None)
+    assert not [n for n in os.listdir(os.path.dirname(entry)) if n.startswith(".tmp-")]
+    _no_parse(monkeypatch)
+    np.testing.assert_array_equal(read_dataset(datafile).indices, first.indices)  # the entry serves

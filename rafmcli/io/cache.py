@@ -10,6 +10,7 @@ with one warning. Entries are written to a temporary directory and renamed
 into place, so a crash leaves no half-written entry.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -151,7 +152,11 @@ def store(data, ident, cache_dir=None):
                 shutil.rmtree(entry, ignore_errors=True)
             elif os.path.lexists(entry):
                 os.unlink(entry)
-            os.replace(tmp, entry)
+            try:
+                os.replace(tmp, entry)
+            except OSError as exc:  # another rafm stored this entry since the removal: theirs stands
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(entry):
+                    raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:

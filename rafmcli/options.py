@@ -108,15 +108,16 @@ class Range(NamedTuple):
 # checks (a ValueError) read this table; tests/test_api.py compares the two.
 # reg_*: each value of --regular; negative_groups: each group. beta1, beta2 and eps are no
 # options of rafm train: their ranges are those of Adam itself.
+FLOAT32_MAX = 3.4028234663852886e38  # rates, L2 and the init spread are float32 in the kernels
 RANGES = {
     "iters": Range(1, integer=True),
-    "learn_rate": Range(0, low_open=True),
-    "dependent_rate": Range(0, low_open=True),
-    "dependent_weight": Range(0),
-    "reg_bias": Range(0),
-    "reg_linear": Range(0),
-    "reg_factors": Range(0),
-    "init_stdev": Range(0),
+    "learn_rate": Range(0, FLOAT32_MAX, low_open=True),
+    "dependent_rate": Range(0, FLOAT32_MAX, low_open=True),
+    "dependent_weight": Range(0, FLOAT32_MAX),
+    "reg_bias": Range(0, FLOAT32_MAX),
+    "reg_linear": Range(0, FLOAT32_MAX),
+    "reg_factors": Range(0, FLOAT32_MAX),
+    "init_stdev": Range(0, FLOAT32_MAX),
     "seed": Range(-(1 << 63), (1 << 64) - 1, integer=True),  # a negative s is s + 2^64
     "threads": Range(0, integer=True),
     "early_stop": Range(0, integer=True),

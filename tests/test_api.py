@@ -60,6 +60,7 @@ def test_ranges_are_the_clis():
     from rafmcli.cli.options import SEED, FloatListType, GroupListType
     from rafmcli.cli.recommend import recommend
     from rafmcli.cli.train import train
+    from rafmcli.options import FLOAT32_MAX
 
     types = {p.name: p.type for p in train.params}
     for name, allowed in RANGES.items():
@@ -69,7 +70,8 @@ def test_ranges_are_the_clis():
         elif name == "seed":
             assert allowed == Range(SEED.low, SEED.high, integer=True)
         elif isinstance(kind, (FloatListType, GroupListType)):
-            assert allowed == Range(0, integer=isinstance(kind, GroupListType)), name
+            high = None if isinstance(kind, GroupListType) else FLOAT32_MAX  # FloatListType's bound
+            assert allowed == Range(0, high, integer=isinstance(kind, GroupListType)), name
         else:
             assert (kind.min, kind.max, kind.min_open, kind.max_open, isinstance(kind, click.IntRange)) == allowed, name
     assert {n for n, t in types.items() if isinstance(t, (click.IntRange, click.FloatRange))} - set(RANGES) == {"dim"}

@@ -9,6 +9,8 @@ import math
 
 import click
 
+from rafmcli.options import FLOAT32_MAX
+
 
 class RanksType(click.ParamType):
     """A comma-separated, strictly increasing list of positive ranks."""
@@ -34,10 +36,10 @@ class FiniteFloatRange(click.FloatRange):
     bound check, since it compares false with everything)."""
 
     def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # before the bounds: inf is no number, not one out of range
             self.fail(f"{value} is not a finite number", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 def ranged(name):
@@ -71,7 +73,7 @@ SEED = SeedType()
 
 
 class FloatListType(click.ParamType):
-    """Comma-separated non-negative finite floats."""
+    """Comma-separated non-negative floats that float32 holds."""
 
     name = "R,R,..."
 
@@ -86,6 +88,8 @@ class FloatListType(click.ParamType):
             self.fail(f"values must be non-negative ({value})", param, ctx)
         if any(not math.isfinite(v) for v in out):
             self.fail(f"values must be finite ({value})", param, ctx)
+        if any(v > FLOAT32_MAX for v in out):  # the kernels' float32 would make them inf
+            self.fail(f"values must be at most {FLOAT32_MAX:g}, float32's largest ({value})", param, ctx)
         return out
 
 

@@ -51,7 +51,7 @@ def listing(folder):
 
 
 def error_line(result):
-    """The one 'Error: ...' line of a failed command (click prints usage above it)."""
+    """The one 'Error: ...' line of a failed command."""
     lines = [ln for ln in result.output.splitlines() if ln.startswith("Error:")]
     assert len(lines) == 1, result.output
     assert "Traceback" not in result.output
@@ -973,6 +973,27 @@ def test_float_options_must_be_finite(tmp_path, sample, option, value, why):
     assert result.exit_code == 2
     assert error_line(result) == f"Error: Invalid value for '{option}': {why}"
     assert listing(tmp_path) == before
+
+
+def test_a_bad_option_argument_or_command_is_one_line(tmp_path, sample):
+    """Click's usage and help hint no longer come before the error (four lines): one line, exit 2,
+    for a value out of range, a directory as output, a missing option with its list of choices, an
+    unknown option or command and a usage check of the command's own; `rafm` alone still helps."""
+    (tmp_path / "adir").mkdir()
+    train = sample("regression.train")
+    cases = [(["train", "--task", "r", "--train", train, "--iter", "0"],
+              "Error: Invalid value for '--iter': 0 is not in the range x>=1."),
+             (["train", "--task", "r", "--train", train, "--save-model", tmp_path / "adir"],
+              f"Error: Invalid value for '--save-model': {tmp_path / 'adir'}: is a directory"),
+             (["train", "--train", train], "Error: Missing option '--task'. Choose from: r, c, implicit"),
+             (["train", "--bogus"], None), (["nosuch"], "Error: No such command 'nosuch'."),
+             (["train", "--task", "r", "--train", train, "--validation", sample("regression.validation"),
+               "--holdout", "0.2"], None)]
+    for args, line in cases:
+        result = run(args)
+        assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+        assert result.output.startswith("Error: ") and (line is None or result.output.strip() == line)
+    assert run([]).output.startswith("Usage: ")
 
 
 def test_every_float_option_uses_the_finite_type():

@@ -6,7 +6,9 @@ so that `rafm --help` starts fast and compiles nothing. numba's own start
 (see :class:`LeanNumba`) is kept short too.
 """
 
+import contextlib
 import os
+import re
 import sys
 
 import click
@@ -156,6 +158,20 @@ def _exit_now(code):
     os._exit(0 if code is None else code if isinstance(code, int) else 1)
 
 
+@contextlib.contextmanager
+def _usage_in_one_line():
+    """A bad option, argument or command is one line, ``Error: what``, exit 2, as every other bad
+    input: click's usage and help hint before it made four."""
+    try:
+        yield
+    except click.UsageError as exc:
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # `rafm` alone: the help
+            raise
+        one = click.ClickException(re.sub(r"\s*\n\s*", " ", exc.format_message()))  # click's lists of choices
+        one.exit_code = exc.exit_code
+        raise one from None
+
+
 class RafmGroup(click.Group):
     """The command group, run with SIGINT, SIGTERM and SIGHUP handled (rafmcli.signals):
     every temporary file is removed and the exit status is 128 + the signal number.
@@ -186,6 +202,14 @@ class RafmGroup(click.Group):
             if self.signalled:
                 sys.unraisablehook = _ignore
             gc.freeze()
+
+    def make_context(self, *args, **kwargs):
+        with _usage_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with _usage_in_one_line():
+            return super().invoke(ctx)
 
     def main(self, *args, **kwargs):
         from rafmcli import jit, signals

@@ -217,6 +217,12 @@ def test_side_files_are_never_devices_nor_endless_pipes(tmp_path, device, fifo, 
                        (("plot", zero, "-o", tmp_path / "c.png"), "--rlog file")):
         result = invoke(*args)
         assert result.exit_code == 2 and last_line(result) == f"Error: {zero}: a device, not a {what}", args
+    model = tmp_path / "m.rafm"
+    assert invoke("train", "--task", "r", "--train", train, "--iter", "1", "--save-model", model).exit_code == 0
+    from_file = invoke("predict", "--model", model, test)
+    from_pipe = invoke("predict", "--model", fifo("m.fifo", model.read_bytes()), test)  # read into memory
+    assert from_pipe.exit_code == 0 and from_pipe.stdout == from_file.stdout
+    model.unlink()
     monkeypatch.setattr(side_files, "PIPE_LIMIT", 1000)
     table = b"epoch\ttrain_loss\n" + b"".join(b"%d\t0.5\n" % e for e in range(1, 400))
     result = invoke("plot", fifo("long.fifo", table), "-o", tmp_path / "c.png")
@@ -224,7 +230,8 @@ def test_side_files_are_never_devices_nor_endless_pipes(tmp_path, device, fifo, 
     assert last_line(result) == f"Error: {tmp_path / 'long.fifo'}: more than 1,000 bytes from a pipe: not a --rlog file"
     result = invoke("plot", fifo("short.fifo", table[:900]), "-o", tmp_path / "c.png")
     assert result.exit_code == 0, result.output
-    assert not (tmp_path / "x.png").exists() and stat.S_ISCHR(os.lstat(zero).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["c.png", "long.fifo", "m.fifo", "short.fifo", "zero"]  # c: the short log
+    assert stat.S_ISCHR(os.lstat(zero).st_mode)
 
 
 def test_socket_path_and_socket_stdin(tmp_path):

@@ -253,6 +253,39 @@ def test_a_text_model_value_that_is_not_finite_names_its_line(tmp_path, line, to
         assert "Warning" not in result.output and not (tmp_path / "p.pred").exists()
 
 
+def test_a_text_model_or_group_file_named_with_a_newline_is_named_escaped(tmp_path, sample):
+    """The text model's and the group file's error lines show a newline in the name as \\n (one
+    line), as the data's do."""
+    model, meta = tmp_path / "m\nrafm: fake.txt", tmp_path / "g\nrafm: fake.meta"
+    model.write_text("#global bias W0\ninf\n#pairwise interactions Vj,f\n0 0\n")
+    meta.write_text("0\nx\n")
+    train = tmp_path / "train.libfm"
+    train.write_text("-100 0:1\n100 1:1\n")
+    for args, line in ((["train", "--task", "r", "--train", str(train), "--init-model", str(model)],
+                        f"Error: {tmp_path}/m\\nrafm: fake.txt:2: value is not finite (inf)"),
+                       (["train", "--task", "implicit", "--train", sample("implicit.train"), "--meta", str(meta)],
+                        f"Error: {tmp_path}/g\\nrafm: fake.meta:2: not a non-negative integer (x)")):
+        result = run(args)
+        assert result.exit_code == 2 and result.output.strip() == line, result.output
+
+
+def test_a_rafm_line_with_a_target_range_that_is_not_finite_is_refused(tmp_path):
+    """A '#rafm' line's target_min and target_max must be finite (a NaN range was taken, and the
+    model trained from it saved a file rafm could not load); without them the range is the data's."""
+    model, train = tmp_path / "m.txt", tmp_path / "train.libfm"
+    train.write_text("-100 0:1\n100 1:1\n")
+    base = "#global bias W0\n0\n#unary interactions Wj\n0\n0.5\n#pairwise interactions Vj,f\n0 0\n1 2\n"
+    for rafm_line, ok in (("", True), ("#rafm task=r target_min=-1 target_max=1\n", True),
+                          ("#rafm task=r target_min=nan target_max=nan\n", False),
+                          ("#rafm task=r target_min=-inf target_max=1\n", False)):
+        model.write_text(base + rafm_line)
+        result = run(["train", "--task", "r", "--train", str(train), "--dim", "2", "--init-model", str(model),
+                      "--iter", "1", "--save-model", str(tmp_path / "o.rafm")])
+        assert (result.exit_code == 0) == ok, result.output
+        if not ok:
+            assert result.output.splitlines()[-1].startswith(f"Error: {model}: damaged rafm line: target_min and")
+
+
 def test_rafm_train_answers_a_libfm_spelling(files):
     result = run(["train", "-task", "r", "-train", files["rtrain"], "-dim", "1,1,8"])
     assert result.exit_code == 2

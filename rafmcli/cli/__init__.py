@@ -148,12 +148,12 @@ def _exit_now(code):
     """End the process with SystemExit ``code`` without the interpreter's shutdown (what
     :func:`rafmcli.jit.preloading` asks for): standard output and error flushed, then
     os._exit. Every ``finally`` of the command has run; only atexit hooks are skipped."""
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):
         try:
+            if stream is sys.stderr and code is not None and not isinstance(code, int):
+                print(code, file=stream)
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+        except (AttributeError, OSError, ValueError):  # None (started with it closed), a closed pipe or stream
             pass
     os._exit(0 if code is None else code if isinstance(code, int) else 1)
 

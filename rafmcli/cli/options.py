@@ -270,7 +270,7 @@ def load_model(path, groups=False):
 
 def check_group(model, path, group):
     """``group`` must hold features of the model."""
-    from rafmcli.errors import InputError
+    from rafmcli.errors import InputError, printable
 
     if group >= model.vocabulary.n_groups or not (model.vocabulary.group_of == group).any():
-        raise InputError(f"{path}: group {group} has no features in the model")
+        raise InputError(f"{printable(path)}: group {group} has no features in the model")

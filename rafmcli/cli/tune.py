@@ -96,7 +96,7 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     `rafm train` command line; --save-model, --table and --test/--out keep
     the results.
     """
-    from rafmcli.errors import InputError
+    from rafmcli.errors import InputError, printable
     from rafmcli.metrics import early_stop_metric
 
     given = click.get_current_context().get_parameter_source("holdout") == click.core.ParameterSource.COMMANDLINE
@@ -137,7 +137,8 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     echo = (lambda text: None) if quiet else (lambda text: click.echo(f"rafm tune: {text}", err=True))
     search = Search(settings, data, valid, echo)
     if not quiet:
-        where = f"validating on {validation}" if validation else f"validating on {valid.n_rows:,} held-out rows"
+        shown = printable(validation) if validation else f"{valid.n_rows:,} held-out rows"
+        where = f"validating on {shown}"
         workers = f"{settings.workers} worker process{'es' if settings.workers > 1 else ''}"
         click.echo(f"rafm tune: {', '.join(models)}; {where}; {workers}", err=True)
     try:

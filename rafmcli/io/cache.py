@@ -155,7 +155,8 @@ def store(data, ident, cache_dir=None):
             try:
                 os.replace(tmp, entry)
             except OSError as exc:  # another rafm stored this entry since the removal: theirs stands
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(entry):
+                stored = os.path.isfile(os.path.join(entry, "meta.json"))  # (not what our removal left)
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not stored:
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rafmcli.errors import InputError
+from rafmcli.errors import InputError, printable
 from rafmcli.io.side_files import read_bytes
 
 
@@ -139,12 +139,12 @@ def read_groups(path):
 def _first_bad_line(path, tokens):
     for n, token in enumerate(tokens, 1):
         if not token:
-            return InputError(f"{path}:{n}: expected a group id (empty line)")
+            return InputError(f"{printable(path)}:{n}: expected a group id (empty line)")
         if not token.isdigit():
             what = "expected one group id" if len(token.split()) > 1 else "not a non-negative integer"
-            return InputError(f"{path}:{n}: {what} ({_shown(token)})")
+            return InputError(f"{printable(path)}:{n}: {what} ({_shown(token)})")
         if int(token) >= len(tokens):
-            return InputError(f"{path}:{n}: group ids run from 0 to {len(tokens) - 1} in a file of "
+            return InputError(f"{printable(path)}:{n}: group ids run from 0 to {len(tokens) - 1} in a file of "
                               f"{len(tokens)} lines ({_shown(token)})")
     raise AssertionError("no bad line")
 

@@ -78,7 +78,7 @@ def check_dense(model, path):
     """Refuse the text layout when the ids are too sparse for one line per id."""
     lines, features = n_lines(model), model.feature_ids.shape[0]
     if lines > max(DENSE_SLACK * features, DENSE_MIN_LINES):
-        raise InputError(f"{path}: feature ids run to {lines - 1:,} for {features:,} features; the "
+        raise InputError(f"{printable(path)}: feature ids run to {lines - 1:,} for {features:,} features; the "
                          f"libFM layout writes one line per id: use --format json")
 
 
@@ -172,17 +172,18 @@ def _numbers(path, lines, dtype=np.float32):
             try:
                 value = float(token)
             except ValueError:
-                raise InputError(f"{path}:{line_no}: not a number ({printable(token, 60)})") from None
+                raise InputError(f"{printable(path)}:{line_no}: not a number ({printable(token, 60)})") from None
             if not abs(value) <= largest:
                 what = "value is not finite" if not math.isfinite(value) else f"value beyond {np.dtype(dtype).name}"
-                raise InputError(f"{path}:{line_no}: {what} ({printable(token, 60)})")
+                raise InputError(f"{printable(path)}:{line_no}: {what} ({printable(token, 60)})")
             row.append(value)
         values.append(row)
     return values
 
 
-def read_text(path):
-    """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM).
+def read_text(path, raw=None):
+    """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM), read
+    from ``path`` or given as its bytes ``raw``.
 
     Line j of each section is feature id j; every id becomes a feature of
     level 1; a missing bias or weights section is zeros. The task, clipping
@@ -194,28 +195,28 @@ def read_text(path):
     from rafmcli.model.layout import Model, aligned_copy
 
     sections, name = {}, None
-    raw = read_bytes(path, "model file")
+    raw = read_bytes(path, "model file") if raw is None else raw
     try:
         for line_no, line in enumerate(text_lines(raw, "ascii"), 1):
             line = line.rstrip("\r\n")
             if line.startswith("#rafm sample "):
-                raise InputError(f"{path}:{line_no}: '{line}': a dump of an MCMC model's samples cannot be "
-                                 f"loaded (its predictions average them); use its .rafm model file")
+                raise InputError(f"{printable(path)}:{line_no}: '{printable(line, 60)}': a dump of an MCMC model's "
+                                 f"samples cannot be loaded (its predictions average them); use its .rafm model file")
             if line.startswith("#"):
                 name = line.split(" level ")[0] if line.startswith("#pairwise") else line
                 sections[name] = []
             elif name is None:
-                raise InputError(f"{path}:{line_no}: not a model file (expected '#global bias W0' or "
+                raise InputError(f"{printable(path)}:{line_no}: not a model file (expected '#global bias W0' or "
                                  f"'#pairwise interactions Vj,f')")
             else:
                 sections[name].append((line_no, line))
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
+        raise InputError(f"{printable(path)}: cannot read: {exc}") from None
     if "#levels kj" in sections:
-        raise InputError(f"{path}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
+        raise InputError(f"{printable(path)}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
     rows = sections.get("#pairwise interactions Vj,f")
     if not rows:
-        raise InputError(f"{path}: no '#pairwise interactions Vj,f' section: not a libFM model")
+        raise InputError(f"{printable(path)}: no '#pairwise interactions Vj,f' section: not a libFM model")
     meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
     V = _numbers(path, rows)
     w = _numbers(path, sections.get("#unary interactions Wj", [(0, "0")] * len(rows)))
@@ -223,13 +224,16 @@ def read_text(path):
     try:
         target = float(meta.get("target_min", "inf")), float(meta.get("target_max", "-inf"))
     except ValueError as exc:
-        raise InputError(f"{path}: not a number in the model ({exc})") from None
+        raise InputError(f"{printable(path)}: not a number in the model ({exc})") from None
+    if target != (math.inf, -math.inf) and not all(math.isfinite(t) for t in target):  # (inf, -inf): none given
+        raise InputError(f"{printable(path)}: damaged rafm line: target_min and target_max must be finite "
+                         f"({meta.get('target_min')}, {meta.get('target_max')})")
     if len({len(row) for row in V}) != 1 or not V[0] or any(len(row) != 1 for row in w) or len(w) != len(V) \
             or len(w0[0]) != 1:
-        raise InputError(f"{path}: damaged libFM model (sections of different lengths or ragged factors)")
+        raise InputError(f"{printable(path)}: damaged libFM model (sections of different lengths or ragged factors)")
     V, w, w0 = np.array(V, dtype=np.float32), np.array(w, dtype=np.float32).ravel(), w0[0][0]
     if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
-        raise InputError(f"{path}: damaged rafm line: task, link or samples not one of rafm's")
+        raise InputError(f"{printable(path)}: damaged rafm line: task, link or samples not one of rafm's")
     n = V.shape[0]
     return Model("fm", meta.get("task"), (V.shape[1],), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8),
                  w0, w, aligned_copy(V.ravel()), *target, link=meta.get("link", "logit"))

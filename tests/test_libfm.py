@@ -269,6 +269,31 @@ def test_a_text_model_or_group_file_named_with_a_newline_is_named_escaped(tmp_pa
         assert result.exit_code == 2 and result.output.strip() == line, result.output
 
 
+@pytest.mark.parametrize("text,line", [
+    ("#global bias W0\n0\n#unary interactions Wj\n0\n0.5\n#pairwise interactions Vj,f\n0 0\n1\n",
+     "8: expected 2 factor values, found 1 (1)"),
+    ("#global bias W0\n0\n#unary interactions Wj\n0\n0.5\n#pairwise interactions Vj,f\n0 0\n1 2\n\n",
+     "9: expected 2 factor values, found 0 ()"),
+    ("#global bias W0\n0 1\n#pairwise interactions Vj,f\n0 0\n1 2\n", "2: expected 1 bias value, found 2 (0 1)"),
+    ("#global bias W0\n0\n1\n#pairwise interactions Vj,f\n0 0\n1 2\n", "3: a second bias line (1)"),
+    ("#global bias W0\n0\n#unary interactions Wj\n0 1\n0.5\n#pairwise interactions Vj,f\n0 0\n1 2\n",
+     "4: expected 1 weight value, found 2 (0 1)"),
+    ("#global bias W0\n0\n# a comment\n#pairwise interactions Vj,f\n0 0\n1 2\n",
+     "3: not a section of a libFM or rafm text model (# a comment)"),
+    ("#global bias W0\n0\n#unary interactions Wj\n0\n#pairwise interactions Vj,f\n0 0\n1 2\n",
+     " damaged libFM model (1 unary weights for 2 rows of factors)"),
+])
+def test_a_text_model_of_the_wrong_shape_names_its_line(tmp_path, text, line):
+    """A ragged factor row, a trailing blank line, two bias values or lines, two weights on a line
+    and an unknown '#' line are FILE:LINE (they were one message without a line, or a comment
+    silently began a section that dropped the rows after it)."""
+    model, train = tmp_path / "m.txt", tmp_path / "train.libfm"
+    model.write_text(text)
+    train.write_text("-100 0:1\n100 1:1\n")
+    result = run(["train", "--task", "r", "--train", str(train), "--init-model", str(model), "--iter", "1"])
+    assert result.exit_code == 2 and result.output.splitlines()[-1] == f"Error: {model}:{line}", result.output
+
+
 def test_a_rafm_line_with_a_target_range_that_is_not_finite_is_refused(tmp_path):
     """A '#rafm' line's target_min and target_max must be finite (a NaN range was taken, and the
     model trained from it saved a file rafm could not load); without them the range is the data's."""

@@ -160,6 +160,19 @@ def _write_draw(model, fh):
     fh.write("\n]")
 
 
+TEXT_SECTIONS = ("#global bias W0", "#unary interactions Wj", "#pairwise interactions Vj,f", "#rafm ", "#levels kj")
+
+
+def _one_shape(path, lines, values, count, what):
+    """Every line of a section holds ``count`` values (None: at least one), else InputError
+    ``FILE:LINE: expected n WHAT values, found k (line)``."""
+    expected = count or len(values[0]) or 1
+    for (line_no, text), row in zip(lines, values):
+        if len(row) != expected:
+            raise InputError(f"{printable(path)}:{line_no}: expected {expected} {what} value{'s' * (expected > 1)}, "
+                             f"found {len(row)} ({printable(text, 60)})")
+
+
 def _numbers(path, lines, dtype=np.float32):
     """The values of a text model's section ``lines`` ((line number, text) pairs), a list per line;
     a token that is not a number, not finite or beyond ``dtype`` (3.5e38 is no float32) is an
@@ -203,6 +216,9 @@ def read_text(path, raw=None):
                 raise InputError(f"{printable(path)}:{line_no}: '{printable(line, 60)}': a dump of an MCMC model's "
                                  f"samples cannot be loaded (its predictions average them); use its .rafm model file")
             if line.startswith("#"):
+                if not line.startswith(TEXT_SECTIONS):
+                    raise InputError(f"{printable(path)}:{line_no}: not a section of a libFM or rafm text model "
+                                     f"({printable(line, 60)})")
                 name = line.split(" level ")[0] if line.startswith("#pairwise") else line
                 sections[name] = []
             elif name is None:
@@ -218,9 +234,17 @@ def read_text(path, raw=None):
     if not rows:
         raise InputError(f"{printable(path)}: no '#pairwise interactions Vj,f' section: not a libFM model")
     meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
-    V = _numbers(path, rows)
-    w = _numbers(path, sections.get("#unary interactions Wj", [(0, "0")] * len(rows)))
-    w0 = _numbers(path, (sections.get("#global bias W0") or [(0, "0")])[:1], np.float64)
+    weights = sections.get("#unary interactions Wj", [(0, "0")] * len(rows))
+    bias = sections.get("#global bias W0") or [(0, "0")]
+    V, w, w0 = _numbers(path, rows), _numbers(path, weights), _numbers(path, bias, np.float64)
+    _one_shape(path, rows, V, len(V[0]) or None, "factor")
+    _one_shape(path, weights, w, 1, "weight")
+    _one_shape(path, bias, w0, 1, "bias")
+    if len(bias) > 1:
+        raise InputError(f"{printable(path)}:{bias[1][0]}: a second bias line ({printable(bias[1][1], 60)})")
+    if len(w) != len(V):
+        raise InputError(f"{printable(path)}: damaged libFM model ({len(w):,} unary weights for {len(V):,} rows of "
+                         f"factors)")
     try:
         target = float(meta.get("target_min", "inf")), float(meta.get("target_max", "-inf"))
     except ValueError as exc:
@@ -228,9 +252,6 @@ def read_text(path, raw=None):
     if target != (math.inf, -math.inf) and not all(math.isfinite(t) for t in target):  # (inf, -inf): none given
         raise InputError(f"{printable(path)}: damaged rafm line: target_min and target_max must be finite "
                          f"({meta.get('target_min')}, {meta.get('target_max')})")
-    if len({len(row) for row in V}) != 1 or not V[0] or any(len(row) != 1 for row in w) or len(w) != len(V) \
-            or len(w0[0]) != 1:
-        raise InputError(f"{printable(path)}: damaged libFM model (sections of different lengths or ragged factors)")
     V, w, w0 = np.array(V, dtype=np.float32), np.array(w, dtype=np.float32).ravel(), w0[0][0]
     if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
         raise InputError(f"{printable(path)}: damaged rafm line: task, link or samples not one of rafm's")

@@ -964,8 +964,9 @@ def test_model_file_is_a_plain_zip(tmp_path, sample):
     ("--regular", "0,0,inf", "values must be finite (0,0,inf)"),
     ("--regular", "0,nan,1", "values must be non-negative (0,nan,1)"),
     ("--regular", "1e39,0,0", "values must be at most 3.40282e+38, float32's largest (1e39,0,0)"),
-    ("--learn-rate", "1e39", "1e+39 is not in the range 0<x<=3.4028234663852886e+38."),
-    ("--init-stdev", "4e38", "4e+38 is not in the range 0<=x<=3.4028234663852886e+38."),
+    ("--learn-rate", "1e39", "1e+39 is not in the range 0<x<=3.40282e+38."),
+    ("--learn-rate", "0", "0.0 is not in the range 0<x<=3.40282e+38."),
+    ("--init-stdev", "4e38", "4e+38 is not in the range 0<=x<=3.40282e+38."),
 ])
 def test_float_options_must_be_finite(tmp_path, sample, option, value, why):
     before = listing(tmp_path)

@@ -41,6 +41,10 @@ class FiniteFloatRange(click.FloatRange):
             self.fail(f"{value} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self):
+        """click's words for the range, float32's largest as 3.40282e+38 (not 17 digits)."""
+        return super()._describe_range().replace(repr(FLOAT32_MAX), f"{FLOAT32_MAX:g}")
+
 
 def ranged(name):
     """The click type of the Options field ``name``'s range in options.RANGES, the table the

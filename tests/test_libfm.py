@@ -294,6 +294,22 @@ def test_a_text_model_of_the_wrong_shape_names_its_line(tmp_path, text, line):
     assert result.exit_code == 2 and result.output.splitlines()[-1] == f"Error: {model}:{line}", result.output
 
 
+def test_a_text_model_reads_the_same_by_numpy_and_line_by_line(tmp_path):
+    """model.dump._section parses a section with numpy at once; what numpy stops at but float()
+    reads (1_0), as before, goes line by line, and gives the same numbers."""
+    from rafmcli.model.dump import read_text
+
+    text = "#global bias W0\n{b}\n#unary interactions Wj\n0.25\n{w}\n#pairwise interactions Vj,f\n1e-3 2\n-3 {v}\n"
+    fast, slow = tmp_path / "fast.txt", tmp_path / "slow.txt"
+    fast.write_text(text.format(b="10", w="10", v="10"))
+    slow.write_text(text.format(b="1_0", w="1_0", v="1_0"))
+    a, b = read_text(str(fast)), read_text(str(slow))
+    assert a.w0 == b.w0 == 10.0
+    np.testing.assert_array_equal(a.w, b.w)
+    np.testing.assert_array_equal(a.V, b.V)
+    np.testing.assert_array_equal(a.V[:4], np.array([1e-3, 2, -3, 10], dtype=np.float32))
+
+
 def test_a_rafm_line_with_a_target_range_that_is_not_finite_is_refused(tmp_path):
     """A '#rafm' line's target_min and target_max must be finite (a NaN range was taken, and the
     model trained from it saved a file rafm could not load); without them the range is the data's."""

@@ -30,6 +30,7 @@ printed with 9 significant digits, enough to give back every float32 exactly.
 
 import json
 import math
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -194,6 +195,27 @@ def _numbers(path, lines, dtype=np.float32):
     return values
 
 
+def _section(path, lines, what, width=None, dtype=np.float32):
+    """The values of a text model's section ``lines`` ((line number, text) pairs) as an [n, width]
+    float64 array (width None: the first line's count). numpy parses the section at once; where
+    it stops early, or a line holds another count or a value beyond ``dtype``, the line-by-line
+    reading (:func:`_numbers`, :func:`_one_shape`) names the line."""
+    counts = [len(text.split()) for _, text in lines]
+    expected = width or counts[0] or 1
+    if all(count == expected for count in counts):
+        try:
+            with warnings.catch_warnings():  # numpy warns or raises where the text stops being numbers
+                warnings.simplefilter("ignore")
+                values = np.fromstring(" ".join(text for _, text in lines), dtype=np.float64, sep=" ")
+        except ValueError:
+            values = np.empty(0)
+        if values.shape[0] == expected * len(lines) and np.all(np.abs(values) <= np.finfo(dtype).max):
+            return values.reshape(len(lines), expected)
+    rows = _numbers(path, lines, dtype)
+    _one_shape(path, lines, rows, width, what)
+    return np.array(rows, dtype=np.float64)  # what float() reads and numpy does not ("1_000")
+
+
 def read_text(path, raw=None):
     """An FM Model from libFM's text layout (``libFM -save_model`` or ``rafm dump`` of an FM), read
     from ``path`` or given as its bytes ``raw``.
@@ -236,10 +258,8 @@ def read_text(path, raw=None):
     meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
     weights = sections.get("#unary interactions Wj", [(0, "0")] * len(rows))
     bias = sections.get("#global bias W0") or [(0, "0")]
-    V, w, w0 = _numbers(path, rows), _numbers(path, weights), _numbers(path, bias, np.float64)
-    _one_shape(path, rows, V, len(V[0]) or None, "factor")
-    _one_shape(path, weights, w, 1, "weight")
-    _one_shape(path, bias, w0, 1, "bias")
+    V, w, w0 = _section(path, rows, "factor"), _section(path, weights, "weight", 1), \
+        _section(path, bias, "bias", 1, np.float64)
     if len(bias) > 1:
         raise InputError(f"{printable(path)}:{bias[1][0]}: a second bias line ({printable(bias[1][1], 60)})")
     if len(w) != len(V):
@@ -252,7 +272,7 @@ def read_text(path, raw=None):
     if target != (math.inf, -math.inf) and not all(math.isfinite(t) for t in target):  # (inf, -inf): none given
         raise InputError(f"{printable(path)}: damaged rafm line: target_min and target_max must be finite "
                          f"({meta.get('target_min')}, {meta.get('target_max')})")
-    V, w, w0 = np.array(V, dtype=np.float32), np.array(w, dtype=np.float32).ravel(), w0[0][0]
+    V, w, w0 = V.astype(np.float32), w.astype(np.float32).ravel(), float(w0[0, 0])
     if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
         raise InputError(f"{printable(path)}: damaged rafm line: task, link or samples not one of rafm's")
     n = V.shape[0]

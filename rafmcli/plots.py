@@ -77,7 +77,7 @@ class TrainLog:
 
 def read_log(path, label=None):
     """A --rlog table: a tab-separated header, then one row of numbers per epoch."""
-    lines = [line.rstrip("\n") for line in text_lines(read_bytes(path, "--rlog file"), "utf-8", "surrogateescape")]
+    lines = text_lines(read_bytes(path, "--rlog file"), "utf-8", "surrogateescape")
     if not lines or "epoch" not in lines[0].split("\t"):
         raise InputError(f"{printable(path)}:1: not a rafm --rlog file (no 'epoch' column in the header)")
     names = [printable(name) for name in lines[0].split("\t")]  # what matplotlib can draw

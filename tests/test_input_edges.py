@@ -331,3 +331,17 @@ def test_an_empty_compressed_name_reads_as_an_empty_file(tmp_path, suffix):
     empty.write_bytes(b"")
     result = invoke("train", "--task", "r", "--train", empty)
     assert result.exit_code == 2 and result.output.splitlines() == [f"Error: {empty}: no rows"]
+
+
+def test_side_file_lines_end_as_a_text_file_reads_them():
+    """io.side_files.text_lines: LF, CRLF and a lone CR end a line, as Python's universal
+    newlines; a blank line stays; nothing follows a last line end."""
+    from rafmcli.io.side_files import text_lines
+
+    assert text_lines(b"a\r\nb\rc\n\nd", "ascii") == ["a", "b", "c", "", "d"]
+    assert text_lines(b"a\n", "ascii") == ["a"] and text_lines(b"", "ascii") == []
+    assert text_lines(b"x\xff\n", "utf-8", "surrogateescape") == ["x\udcff"]
+    import io
+
+    sample = b"1\r\n2\r3\n\n4\n"
+    assert text_lines(sample, "ascii") == [line.rstrip("\n") for line in io.StringIO(sample.decode(), newline=None)]

@@ -5,13 +5,14 @@ tables) and the model files: never a device, never a pipe without end.
 (zipfile reads a model's last bytes "to the end").
 """
 
-import io
 import os
+import re
 import stat
 
 from rafmcli.errors import InputError, printable
 
 PIPE_LIMIT = 1 << 30  # bytes read from a pipe or FIFO before it is refused
+_LINE_END = re.compile("\r\n|\r|\n")
 
 
 def refuse_device(path, what):
@@ -42,6 +43,10 @@ def read_bytes(path, what):
 
 
 def text_lines(raw, encoding, errors="strict"):
-    """The lines of ``raw`` decoded, as a text file's iteration gives them (universal newlines:
-    \\n, \\r\\n and \\r end a line, each kept as \\n)."""
-    return io.StringIO(raw.decode(encoding, errors), newline=None)
+    """The lines of ``raw`` decoded, without their ends, as a text file's iteration finds them
+    (universal newlines: \\n, \\r\\n and \\r end a line; no line after a last end). Split, not
+    io.StringIO, which keeps four bytes a character."""
+    lines = _LINE_END.split(raw.decode(encoding, errors))
+    if lines[-1] == "":
+        lines.pop()
+    return lines

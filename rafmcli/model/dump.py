@@ -233,7 +233,6 @@ def read_text(path, raw=None):
     raw = read_bytes(path, "model file") if raw is None else raw
     try:
         for line_no, line in enumerate(text_lines(raw, "ascii"), 1):
-            line = line.rstrip("\r\n")
             if line.startswith("#rafm sample "):
                 raise InputError(f"{printable(path)}:{line_no}: '{printable(line, 60)}': a dump of an MCMC model's "
                                  f"samples cannot be loaded (its predictions average them); use its .rafm model file")

@@ -114,6 +114,11 @@ def test_threads_0_is_every_available_core(sample, tmp_path, monkeypatch):
     assert "; 1 worker process\n" in result.output
     refused = run(["tune", "--task", "r", "--train", sample("regression.train"), "--threads", "-1"])
     assert refused.exit_code == 2 and "-1 is not in the range x>=0" in refused.output
+    from rafmcli.cli.tune import _workers
+
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)  # no more workers than a bracket's trials
+    assert [_workers(64, 1, ["fm"]), _workers(64, 2, ["fm", "rafm"]), _workers(0, 3, ["fm"]), _workers(0, None, ["fm"]),
+            _workers(2, 27, ["fm"])] == [1, 4, 3, 8, 2]
 
 
 def table_without_seconds(path):

@@ -39,6 +39,15 @@ class ModelList(click.ParamType):
         return models
 
 
+def _workers(threads, trials, models):
+    """Worker processes: --threads (0 or none: every available core), but no more than the
+    configurations of a bracket when --trials gives them (trials per model): more would idle."""
+    from rafmcli.threads import available_cores
+
+    workers = threads or available_cores()
+    return min(workers, trials * len(models)) if trials else workers
+
+
 @click.command()
 @click.option("--task", type=click.Choice(["r", "c"]), required=True,
               help="r: regression (square loss); c: binary classification (logistic loss).")
@@ -129,11 +138,9 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     if valid.n_rows == 0:
         raise InputError(f"{validation}: no rows")
     from rafmcli.solvers.tune import Search, Settings
-    from rafmcli.threads import available_cores
-
     settings = Settings(task=task, models=models, trials=trials, budget=budget * 60 if budget else None,
                         metric=metric, method=method, iters=iters, early_stop=early_stop, seed=seed,
-                        workers=threads or available_cores(), top_rank=top_rank)
+                        workers=_workers(threads, trials, models), top_rank=top_rank)
     echo = (lambda text: None) if quiet else (lambda text: click.echo(f"rafm tune: {text}", err=True))
     search = Search(settings, data, valid, echo)
     if not quiet:

@@ -104,11 +104,12 @@ class Range(NamedTuple):
     integer: bool = False
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # rates, L2 and the init spread are float32 in the kernels
+
 # The ranges of rafm train's numeric options: its click types (cli.options.ranged) and the API's
 # checks (a ValueError) read this table; tests/test_api.py compares the two.
 # reg_*: each value of --regular; negative_groups: each group. beta1, beta2 and eps are no
 # options of rafm train: their ranges are those of Adam itself.
-FLOAT32_MAX = 3.4028234663852886e38  # rates, L2 and the init spread are float32 in the kernels
 RANGES = {
     "iters": Range(1, integer=True),
     "learn_rate": Range(0, FLOAT32_MAX, low_open=True),

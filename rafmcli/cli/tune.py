@@ -138,6 +138,7 @@ def tune(task, train_file, validation, holdout, models, trials, budget, metric, 
     if valid.n_rows == 0:
         raise InputError(f"{validation}: no rows")
     from rafmcli.solvers.tune import Search, Settings
+
     settings = Settings(task=task, models=models, trials=trials, budget=budget * 60 if budget else None,
                         metric=metric, method=method, iters=iters, early_stop=early_stop, seed=seed,
                         workers=_workers(threads, trials, models), top_rank=top_rank)

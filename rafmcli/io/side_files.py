@@ -15,29 +15,29 @@ PIPE_LIMIT = 1 << 30  # bytes read from a pipe or FIFO before it is refused
 _LINE_END = re.compile("\r\n|\r|\n")
 
 
-def refuse_device(path, what):
-    """InputError ``FILE: a device, not a WHAT`` when ``path`` is a character or block device
-    (/dev/zero, a terminal); other paths, missing ones too, are left to the caller's open."""
+def is_regular(path, what):
+    """Whether ``path`` is a regular file; a character or block device (/dev/zero, a terminal) is
+    the InputError ``FILE: a device, not a WHAT``. A path that cannot be looked at counts as
+    regular: its open says why."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
-        return
+        return True
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         raise InputError(f"{printable(path)}: a device, not a {what}")
+    return stat.S_ISREG(mode)
 
 
 def read_bytes(path, what):
     """All of ``path``, a ``what`` ("group file"): a regular file whole, a pipe up to
     PIPE_LIMIT bytes; a device, a longer pipe or a file that cannot be read is an InputError."""
-    refuse_device(path, what)
+    regular = is_regular(path, what)
     try:
         with open(path, "rb") as fh:
-            if stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return fh.read()
-            raw = fh.read(PIPE_LIMIT + 1)
+            raw = fh.read() if regular else fh.read(PIPE_LIMIT + 1)
     except OSError as exc:
         raise InputError(f"{printable(path)}: cannot open: {exc.strerror or exc}") from None
-    if len(raw) > PIPE_LIMIT:
+    if len(raw) > PIPE_LIMIT and not regular:
         raise InputError(f"{printable(path)}: more than {PIPE_LIMIT:,} bytes from a pipe: not a {what}")
     return raw
 

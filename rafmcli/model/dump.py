@@ -164,10 +164,9 @@ def _write_draw(model, fh):
 TEXT_SECTIONS = ("#global bias W0", "#unary interactions Wj", "#pairwise interactions Vj,f", "#rafm ", "#levels kj")
 
 
-def _one_shape(path, lines, values, count, what):
-    """Every line of a section holds ``count`` values (None: at least one), else InputError
+def _one_shape(path, lines, values, expected, what):
+    """Every line of a section holds ``expected`` values, else InputError
     ``FILE:LINE: expected n WHAT values, found k (line)``."""
-    expected = count or len(values[0]) or 1
     for (line_no, text), row in zip(lines, values):
         if len(row) != expected:
             raise InputError(f"{printable(path)}:{line_no}: expected {expected} {what} value{'s' * (expected > 1)}, "
@@ -212,7 +211,7 @@ def _section(path, lines, what, width=None, dtype=np.float32):
         if values.shape[0] == expected * len(lines) and np.all(np.abs(values) <= np.finfo(dtype).max):
             return values.reshape(len(lines), expected)
     rows = _numbers(path, lines, dtype)
-    _one_shape(path, lines, rows, width, what)
+    _one_shape(path, lines, rows, expected, what)
     return np.array(rows, dtype=np.float64)  # what float() reads and numpy does not ("1_000")
 
 

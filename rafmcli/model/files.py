@@ -18,8 +18,6 @@ import io
 import json
 import math
 import mmap
-import os
-import stat
 import struct
 import zipfile
 import zlib
@@ -30,7 +28,7 @@ from rafmcli import __version__, signals
 from rafmcli.errors import InputError, printable
 from rafmcli.io.checksum import pieces_checked
 from rafmcli.io.output import Outputs
-from rafmcli.io.side_files import read_bytes, refuse_device
+from rafmcli.io.side_files import is_regular, read_bytes
 from rafmcli.model.layout import CACHE_LINE, STATE_ARRAYS, Model, OptimizerState, aligned_copy, aligned_zeros
 from rafmcli.options import MAX_LEVELS, MAX_RANK
 
@@ -450,14 +448,6 @@ def _offsets(ptr, end):
 READERS = {1: read_model_v1, 2: read_model_v2}  # format_version -> reader(_Members, header) -> Model
 
 
-def _seekable(path):
-    """Whether ``path`` is a regular file (or cannot be looked at: its open will say why)."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return True
-
-
 def load(path, text_ok=False, mapped=False):
     """Read a model file; refuse unknown format versions, and any damage: a header
     field missing or of the wrong type or range, an array whose dtype, shape or
@@ -473,9 +463,8 @@ def load(path, text_ok=False, mapped=False):
     """
     from rafmcli.model.dump import read_text
 
-    refuse_device(path, "model file")
     source = path
-    if not _seekable(path):  # a pipe or FIFO: a zip archive is read from its end, so from memory
+    if not is_regular(path, "model file"):  # a pipe or FIFO: a zip archive is read from its end, so from memory
         raw = read_bytes(path, "model file")
         if text_ok and not raw.startswith(b"PK"):
             return read_text(path, raw)

@@ -2,6 +2,7 @@
 one worker reproduces the serial epoch, and n threads learn a planted model as well as one."""
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,10 +17,10 @@ from rafmcli.kernels import sgd as K
 from rafmcli.kernels.claims import fetch_increment
 from rafmcli.kernels.replicas import Replicas
 from rafmcli.metrics import evaluate
-from rafmcli.model.layout import build
+from rafmcli.model.layout import build, move_to_front
 from rafmcli.options import Options
 from rafmcli.predict import kernel_rows, predict_dataset
-from rafmcli.solvers.sgd import METHODS, VARIANTS, hyper_vector, optimizer_state, train
+from rafmcli.solvers.sgd import METHODS, VARIANTS, hyper_vector, internal_counts, optimizer_state, train
 
 SIZES = (40, 20, 10, 5, 3)  # one-hot fields: every value of the small ones is hot
 
@@ -35,6 +36,58 @@ def planted_fields(path, rng, n_rows, params):
     y = (rng.random(n_rows) < 1 / (1 + np.exp(-logit))).astype(int)
     with open(path, "w") as fh:
         fh.writelines(f"{a} " + " ".join(f"{i}:1" for i in row) + "\n" for a, row in zip(y, ids))
+
+
+def hot_first(model, state, data, n_threads=1):
+    """Number ``model``'s hot features first, as a threaded Training does; returns how many."""
+    hot = hogwild.hot_features(model, internal_counts(model, data), data.n_rows, n_threads)
+    move_to_front(model, state, hot)
+    return hot.shape[0]
+
+
+def by_feature(model, state):
+    """{feature id: its level, weight and factor rows, and their optimizer state}, read through
+    the model's layout (Model.offsets, widths, rowwise_index)."""
+    found = {}
+    for j, i in enumerate(model.feature_ids):
+        rows = []
+        for level in range(1, int(model.levels[j]) + 1):
+            at, width = int(model.offsets[level - 1]) + j * int(model.widths[level - 1]), int(model.widths[level - 1])
+            rows.append(model.V[at:at + width].tolist())
+            for a in state[:2]:
+                if a.shape[0] == model.V.shape[0]:
+                    rows.append(a[at:at + width].tolist())
+                elif a.shape[0]:  # row-wise AdaGrad
+                    rows.append(float(a[model.rowwise_index(level, [j])[0]]))
+        found[int(i)] = (int(model.levels[j]), float(model.w[j]), [float(a[j]) for a in state[2:4] if a.shape[0]], rows)
+    return found
+
+
+@pytest.mark.parametrize("method", ["adagrad", "adam", "rowwise-adagrad"])
+@pytest.mark.parametrize("kind", ["rafm", "difacto", "fm"])
+def test_features_moved_to_the_front_keep_their_parameters(kind, method):
+    """move_to_front numbers the given top-level features first, in their order; every feature
+    keeps its level, weight, factor rows and optimizer state (each entry told apart), levels stay
+    non-increasing, and a feature below the top level is refused."""
+    rng = np.random.default_rng(8)
+    n = 60
+    ranks = (8,) if kind == "fm" else (2, 4, 8)
+    model = build(kind, "c", ranks, np.arange(100, 100 + n), rng.integers(1, len(ranks) + 1, n), 0.1, rng, 0.0,
+                  (0, 1))
+    model.w[:] = rng.normal(size=n)
+    state = tuple(a + rng.random(a.shape[0]).astype(a.dtype) for a in optimizer_state(method, model))
+    before = by_feature(model, state)
+    top = np.flatnonzero(model.levels == model.levels[0])
+    first = rng.permutation(top)[:7]
+    assert np.any(first >= 7) and top.size > 7  # some come from beyond the front, some are displaced
+    ids = model.feature_ids[first].copy()
+    move_to_front(model, state, first)
+    np.testing.assert_array_equal(model.feature_ids[:7], ids)
+    assert by_feature(model, state) == before
+    assert np.all(np.diff(model.levels.astype(int)) <= 0)
+    if kind != "fm":
+        with pytest.raises(ValueError, match="top level"):
+            move_to_front(model, state, [n - 1])
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +113,17 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         rng = np.random.default_rng(3)
         model = build(kind, "c", ranks, data.feature_ids, np.minimum(np.arange(data.feature_ids.size) % 2 + 1,
                                                                        len(ranks)), 0.1, rng, 0.0, (0, 1))
+        state = optimizer_state(method, model)
+        n_hot = hot_first(model, state, data)  # both runs: the serial epoch on the same numbering
         rows = kernel_rows(model, data)
         kdata = cli_rows(rows[0], rows[1], rows[2], data.labels)
-        state = optimizer_state(method, model)
         kmodel = model.kernel_model()
         order = rng.permutation(data.n_rows).astype(np.int64)
         args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(len(ranks), 0.01),
                 K.TASK_CLASSIFICATION, model.nested, VARIANTS["paper"], METHODS[method])
         if worker:
-            hot, _ = hogwild.hot_set(order, kdata, model.w.size)
-            assert (hot >= 0).sum() >= 10  # the replicas are used
-            loss = hogwild.train_epoch(order, 1, *args, merge_rows=37)
+            assert n_hot >= 10 or kind == "fm"  # the replicas are used (FM without spare rows: plain Hogwild)
+            loss = hogwild.train_epoch(order, 1, *args, n_hot=n_hot, merge_rows=37)
         else:
             loss = K.train_epoch(order, *args)
         models.append((loss, kmodel[5][0], model.w.copy(), model.V.copy(), [a.copy() for a in state]))
@@ -83,14 +136,17 @@ def test_one_worker_with_replicas_is_the_serial_epoch(planted, kind, ranks, meth
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def fm_with_rows(data, method, seed):
-    """(rng, a fresh FM(8) with random linear weights, its kernel rows of ``data``, optimizer state)."""
+def fm_with_rows(data, method, seed, n_threads=1):
+    """(rng, a fresh FM(8) with random linear weights and its hot features first, its kernel rows
+    of ``data``, optimizer state, the number of hot features for ``n_threads``)."""
     rng = np.random.default_rng(seed)
     model = build("fm", "c", (8,), data.feature_ids, np.ones(data.feature_ids.size, dtype=np.int8), 0.1, rng,
                   0.0, (0, 1))
     model.w[:] = rng.normal(0, 0.3, model.w.size)  # copies of w that started from 0 would show
+    state = optimizer_state(method, model)
+    n_hot = hot_first(model, state, data, n_threads)
     rows = kernel_rows(model, data)
-    return rng, model, cli_rows(rows[0], rows[1], rows[2], data.labels), optimizer_state(method, model)
+    return rng, model, cli_rows(rows[0], rows[1], rows[2], data.labels), state, n_hot
 
 
 @pytest.mark.parametrize("method", ["sgd", "adagrad", "adam", "rowwise-adagrad"])
@@ -102,23 +158,22 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
     opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
     models = []
     for worker in (False, True):
-        rng, model, kdata, state = fm_with_rows(data, method, 3)
+        rng, model, kdata, state, n_hot = fm_with_rows(data, method, 3)
         spare = None
         if worker:
-            spare = hogwild.spare_rows(model, state, 1)
+            spare = hogwild.spare_rows(model, state, 1, n_hot)
             state = spare.views
         kmodel = model.kernel_model()
         order = rng.permutation(data.n_rows).astype(np.int64)
         args = (0, kdata, kmodel, state, hyper_vector(opts, model), np.full(1, 0.01),
                 K.TASK_CLASSIFICATION, True, VARIANTS["paper"], METHODS[method])
         if worker:
-            loss = hogwild.train_epoch(order, 1, *args, spare=spare, merge_rows=37)
-            _, hot_ids = hogwild.hot_set(order, kdata, model.w.size, spare)
-            assert hot_ids.size >= 10  # the replicas are used
+            loss = hogwild.train_epoch(order, 1, *args, spare=spare, n_hot=n_hot, merge_rows=37)
+            assert n_hot >= 10  # the replicas are used
             n, V = model.w.size, spare.model[3]
-            replicas = V[n * 8:(n + hot_ids.size) * 8].reshape(-1, 8)
-            np.testing.assert_array_equal(replicas, model.V.reshape(-1, 8)[hot_ids])
-            np.testing.assert_array_equal(spare.model[4][n:n + hot_ids.size], model.w[hot_ids])
+            replicas = V[n * 8:(n + n_hot) * 8].reshape(-1, 8)
+            np.testing.assert_array_equal(replicas, model.V.reshape(-1, 8)[:n_hot])
+            np.testing.assert_array_equal(spare.model[4][n:n + n_hot], model.w[:n_hot])
         else:
             loss = K.train_epoch(order, *args)
         models.append((loss, kmodel[5][0], model.w.copy(), model.V.copy(), [a.copy() for a in state]))
@@ -132,24 +187,22 @@ def test_one_fm_worker_on_spare_rows_is_the_serial_epoch(planted, method):
 
 
 def test_gathered_rows_name_the_replicas_of_hot_features():
-    """gather_rows copies rows order[lo:hi] and rewrites each feature with a slot to
-    first + its slot (the worker's replica row); other ids and the values stay."""
+    """gather_rows copies rows order[lo:hi] and rewrites each hot feature (i < n_hot) to
+    first + i (the worker's replica row); other ids and the values stay."""
     indptr = np.array([0, 3, 5, 6], dtype=np.int64)
-    indices = np.array([9, 2, 17, 2, 5, 17], dtype=np.int32)
+    indices = np.array([9, 2, 17, 3, 0, 2], dtype=np.int32)
     values = np.arange(6, dtype=np.float32)
     labels = np.array([1.0, 0.0, 1.0])
     indptr, indices, values, labels = read_only(indptr, indices, values, labels)  # as training passes them
-    slot = np.full(20, -1, dtype=np.int32)
-    slot[17], slot[2] = 0, 1
     ptr, idx, val, lab = np.empty(4, np.int64), np.empty(9, np.int32), np.empty(9, np.float32), np.empty(3)
     K.gather_rows(np.array([2, 0, 1], dtype=np.int64), 0, 3, indptr, indices, values, labels, ptr, idx, val, lab,
-                  slot, 100)
+                  3, 100)
     assert ptr[:4].tolist() == [0, 1, 4, 6]
-    assert idx[:6].tolist() == [100, 9, 101, 100, 101, 5]
+    assert idx[:6].tolist() == [102, 9, 102, 17, 3, 100]
     assert val[:6].tolist() == [5, 0, 1, 2, 3, 4]
     assert lab[:3].tolist() == [1, 1, 0]
     K.gather_rows(np.array([0], dtype=np.int64), 0, 1, indptr, indices, values, labels, ptr, idx, val, lab,
-                  slot[:0], 100)
+                  0, 100)
     assert idx[:3].tolist() == [9, 2, 17]
 
 
@@ -163,8 +216,7 @@ def test_each_worker_has_its_own_replica_rows():
     for items in range(1, 41):
         for n_threads in range(1, 13):
             n = max(1, min(n_threads, items))  # spread's count
-            replicas = Replicas(np.zeros(1, np.int32), np.arange(n_hot, dtype=np.int32), 100, n, 1,
-                                np.empty(0, np.int64), False)
+            replicas = Replicas(n_hot, 100, n, 1, np.empty(0, np.int64), False)
             bounds = threads.range_bounds(items, n)
             firsts = [R.first_row(lo, items, replicas) for lo in bounds[:-1]]
             assert firsts == [100 + t * n_hot for t in range(n)], (items, n_threads)
@@ -179,24 +231,23 @@ def test_two_workers_one_after_the_other_are_the_serial_epoch(planted, method):
     opts = Options(task="c", model="fm", ranks=(8,), method=method, learn_rate=0.05)
     results = []
     for workers in (False, True):
-        rng, model, kdata, state = fm_with_rows(data, method, 4)
+        rng, model, kdata, state, n_hot = fm_with_rows(data, method, 4, 2)
         order = rng.permutation(data.n_rows).astype(np.int64)
         n, a = order.shape[0], order.shape[0] // 2
         common = (hyper_vector(opts, model), np.full(1, 0.01), K.TASK_CLASSIFICATION, True, VARIANTS["paper"])
         if workers:
-            spare = hogwild.spare_rows(model, state, 2)
+            spare = hogwild.spare_rows(model, state, 2, n_hot)
             state = spare.views
-            hot, hot_ids = hogwild.hot_set(order, kdata, model.w.size, spare)
-            replicas = Replicas(hot, hot_ids, model.w.size, 2, 53, np.empty(0, np.int64), True)  # no claims: own ranges
+            replicas = Replicas(n_hot, model.w.size, 2, 53, np.empty(0, np.int64), True)  # no claims: own ranges
             kmodel = (*spare.model, model.kernel_model()[5])
             train = K._TRAINERS[METHODS[method]]
             train(0, a, order, 0, kdata, kmodel, spare.state, *common, replicas)
-            after_a = model.V.reshape(-1, 8)[hot_ids].copy()
+            after_a = model.V.reshape(-1, 8)[:n_hot].copy()
             train(a, n, order, 0, kdata, kmodel, spare.state, *common, replicas)
             nf, V = model.w.size, spare.model[3].reshape(-1, 8)
-            np.testing.assert_array_equal(V[nf + hot_ids.size:nf + 2 * hot_ids.size], model.V.reshape(-1, 8)[hot_ids])
-            np.testing.assert_array_equal(V[nf:nf + hot_ids.size], after_a)
-            assert not np.array_equal(after_a, model.V.reshape(-1, 8)[hot_ids])
+            np.testing.assert_array_equal(V[nf + n_hot:nf + 2 * n_hot], model.V.reshape(-1, 8)[:n_hot])
+            np.testing.assert_array_equal(V[nf:nf + n_hot], after_a)
+            assert n_hot >= 10 and not np.array_equal(after_a, model.V.reshape(-1, 8)[:n_hot])
             w0 = kmodel[5][0]
         else:
             kmodel = model.kernel_model()
@@ -275,19 +326,20 @@ def test_workers_claim_every_row_once(planted, kind, ranks, path, n_threads, n_r
     rng = np.random.default_rng(6)
     model = build(kind, "c", ranks, data.feature_ids, np.minimum(np.arange(data.feature_ids.size) % 2 + 1,
                                                                    len(ranks)), 0.1, rng, 0.0, (0, 1))
+    state = optimizer_state("adagrad", model)
+    n_hot = hot_first(model, state, data, n_threads) if path != "plain" else 0
     rows = kernel_rows(model, data)
     kdata = cli_rows(rows[0], rows[1], rows[2], data.labels)
-    state = optimizer_state("adagrad", model)
     hyper = hyper_vector(opts, model)
     hyper[K.H_LR] = hyper[K.H_LR_DEP] = 0.0
     order = rng.permutation(data.n_rows)[:n_rows].astype(np.int64)
     args = (0, kdata, model.kernel_model(), state, hyper, np.full(len(ranks), 0.01), K.TASK_CLASSIFICATION,
             model.nested, VARIANTS["paper"], METHODS["adagrad"])
     serial = K.train_epoch(order, *args)
-    spare = hogwild.spare_rows(model, state, n_threads) if path == "spare rows" else None
+    spare = hogwild.spare_rows(model, state, n_threads, n_hot) if path == "spare rows" else None
     if spare is not None:  # the model's own rows now view the arrays with spare rows
         args = (0, kdata, model.kernel_model(), spare.views, *args[4:])
-    loss = hogwild.train_epoch(order, n_threads, *args, spare=spare)
+    loss = hogwild.train_epoch(order, n_threads, *args, spare=spare, n_hot=n_hot)
     assert loss == pytest.approx(serial, rel=1e-9)
 
 
@@ -298,7 +350,7 @@ def test_a_worker_claims_blocks_beyond_its_own_range(planted):
     from rafmcli.kernels.claims import BLOCK_ROWS
 
     data = planted[0]
-    rng, model, kdata, state = fm_with_rows(data, "adagrad", 7)
+    rng, model, kdata, state, _ = fm_with_rows(data, "adagrad", 7)
     hyper = hyper_vector(Options(task="c", model="fm", ranks=(8,), method="adagrad"), model)
     hyper[K.H_LR] = hyper[K.H_LR_DEP] = 0.0
     order = rng.permutation(data.n_rows).astype(np.int64)
@@ -359,34 +411,34 @@ def test_spare_rows_only_for_small_fm_models():
     fm = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
     state = optimizer_state("adagrad", fm)
     before = fm.V.copy()
-    spare = hogwild.spare_rows(fm, state, 2)
+    spare = hogwild.spare_rows(fm, state, 2, 30)
     views = spare.views
-    assert spare.model[3].shape[0] == (50 + 2 * 50) * 16  # at most as many hot rows as features
+    assert spare.model[3].shape[0] == (50 + 2 * 30) * 16 and spare.n_hot == 30
     assert np.shares_memory(fm.V, spare.model[3]) and np.shares_memory(views[0], spare.state[0])
     np.testing.assert_array_equal(fm.V, before)
     np.testing.assert_array_equal(views[0], state[0])
     rafm = build("rafm", "c", (4, 16), ids, np.ones(50, dtype=np.int8) + (ids % 2).astype(np.int8), 0.1, rng,
                  0.0, (0, 1))
-    assert hogwild.spare_rows(rafm, optimizer_state("sgd", rafm), 2) is None
+    assert hogwild.spare_rows(rafm, optimizer_state("sgd", rafm), 2, 10) is None
     big = build("fm", "c", (16,), ids, np.ones(50, dtype=np.int8), 0.1, rng, 0.0, (0, 1))
-    big.V = np.zeros(hogwild.SPARE_MAX_BYTES // 4 + 1, dtype=np.float32)
-    assert hogwild.spare_rows(big, optimizer_state("sgd", big), 2) is None
+    big.V = np.zeros(hogwild.SPARE_MAX_BYTES // 4 - 16 * 2 * 10, dtype=np.float32)  # fits with 2 x 10 hot rows
+    assert hogwild.spare_rows(big, optimizer_state("sgd", big), 2, 10) is not None
+    assert hogwild.spare_rows(big, optimizer_state("sgd", big), 2, 11) is None
 
 
 @pytest.mark.parametrize("kind,ranks", [("fm", (4,)), ("rafm", (2, 4))])
-def test_hot_features_chosen_once_and_small_models_prefetched_for_writing(planted, monkeypatch, kind, ranks,
-                                                                          threads_on_small_data):
-    """A threaded run picks its hot features in its first epoch only (hot_features once in three
-    epochs), none for plain Hogwild; workers prefetch rows for writing when factors and state take
-    at most WRITE_PREFETCH_BYTES, and for reading above; a hot set for another model is refused."""
+def test_hot_features_numbered_first_and_small_models_prefetched_for_writing(planted, monkeypatch, kind, ranks,
+                                                                             threads_on_small_data):
+    """A threaded run numbers its hot features first: the most frequent of the top level, each in
+    at least its share of the rows, most frequent first; every feature keeps its parameters and
+    state (the model before training equals one thread's, feature by feature), so levels stay
+    non-increasing. Workers prefetch rows for writing when factors and state take at most
+    WRITE_PREFETCH_BYTES, and for reading above. A plain-Hogwild FM numbers none first, and a
+    hot count that the spare rows were not made for is refused."""
     from rafmcli import threads
     from rafmcli.solvers.sgd import Training
 
-    picks, writes, spread = [], [], threads.spread
-
-    def counting(*args):
-        picks.append(1)
-        return choose(*args)
+    writes, spread = [], threads.spread
 
     def recording(kernel, items, *args, threads=None):
         if kernel in K._TRAINERS.values():  # FM's spare-row workers: the flag in their replicas
@@ -395,30 +447,42 @@ def test_hot_features_chosen_once_and_small_models_prefetched_for_writing(plante
             writes.append(args[-1])
         return spread(kernel, items, *args, threads=threads)
 
-    choose = hogwild.hot_features
-    monkeypatch.setattr(hogwild, "hot_features", counting)
     monkeypatch.setattr(threads, "spread", recording)
+    data = planted[0]
+    opts = Options(task="c", model=kind, ranks=ranks, method="adagrad", threads=2, iters=3, early_stop=0, holdout=0.0)
+    one = Training(data, replace(opts, threads=1))
+    run = Training(data, opts)
+    n_hot, model = run.n_hot, run.model
+    counts = internal_counts(model, data)
+    share = hogwild.SPARE_HOT_SHARE if kind == "fm" else hogwild.HOT_SHARE
+    assert 10 <= n_hot <= model.w.size
+    assert np.all(counts[:n_hot] >= share * data.n_rows) and np.all(np.diff(counts[:n_hot]) <= 0)
+    top = model.levels == model.levels[0]
+    assert np.all(np.diff(model.levels.astype(int)) <= 0)
+    assert np.all(counts[n_hot:][top[n_hot:]] <= counts[n_hot - 1])  # none hotter left behind in the top level
+    assert not np.array_equal(model.feature_ids, one.model.feature_ids)  # features moved
+    by_id = np.argsort(model.feature_ids), np.argsort(one.model.feature_ids)
+    np.testing.assert_array_equal(model.feature_ids[by_id[0]], one.model.feature_ids[by_id[1]])
+    np.testing.assert_array_equal(model.levels[by_id[0]], one.model.levels[by_id[1]])
+    for level in range(1, len(ranks) + 1):
+        size = model.sizes[level - 1]
+        mine, theirs = model.factors(level), one.model.factors(level)
+        np.testing.assert_array_equal(mine[by_id[0][by_id[0] < size]], theirs[by_id[1][by_id[1] < size]])
+    np.testing.assert_array_equal(predict_dataset(model, planted[1])[0], predict_dataset(one.model, planted[1])[0])
     for limit, expected in ((hogwild.WRITE_PREFETCH_BYTES, True), (0, False)):
         monkeypatch.setattr(hogwild, "WRITE_PREFETCH_BYTES", limit)
-        picks.clear()
-        run = Training(planted[0], Options(task="c", model=kind, ranks=ranks, method="adagrad", threads=2, iters=3,
-                                           early_stop=0, holdout=0.0))
-        run.advance(3)
-        assert len(picks) == 1 and run.hot is not None
+        Training(data, opts).advance(3)
         assert writes[-3:] == [expected] * 3
-    if kind == "fm":  # too large for spare rows: plain Hogwild, no hot set
+    if kind == "fm":  # too large for spare rows: plain Hogwild, none first
         monkeypatch.setattr(hogwild, "SPARE_MAX_BYTES", 0)
-        picks.clear()
-        run = Training(planted[0], Options(task="c", model=kind, ranks=ranks, threads=2, iters=1, holdout=0.0))
-        run.advance(1)
-        assert run.spare is None and run.hot is None and not picks
-    kdata, kmodel = run.data_rows, run.kmodel
-    order = np.arange(planted[0].n_rows, dtype=np.int64)
-    slot, ids = hogwild.hot_set(order, kdata, kmodel[4].shape[0])
-    with pytest.raises(ValueError, match="hot set for"):  # a slot table the kernels would overrun
-        hogwild.train_epoch(order, 2, 0, kdata, kmodel, run.state, run.hyper, run.reg_v, K.TASK_CLASSIFICATION,
-                            run.model.nested, VARIANTS["paper"], METHODS["adagrad"], run.spare,
-                            hogwild.HotSet(slot[:-1], ids))
+        plain = Training(data, Options(task="c", model=kind, ranks=ranks, threads=2, iters=1, holdout=0.0))
+        assert plain.spare is None and plain.n_hot is None
+        np.testing.assert_array_equal(plain.model.feature_ids, np.sort(plain.model.feature_ids))
+    args = (np.arange(data.n_rows, dtype=np.int64), 2, 0, run.data_rows, run.kmodel, run.state, run.hyper, run.reg_v,
+            K.TASK_CLASSIFICATION, run.model.nested, VARIANTS["paper"], METHODS["adagrad"], run.spare)
+    for wrong in (model.w.size + 1,) + ((n_hot + 1,) if run.spare is not None else ()):  # rows the kernels overrun
+        with pytest.raises(ValueError, match="hot features for a model"):
+            hogwild.train_epoch(*args, n_hot=wrong)
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])

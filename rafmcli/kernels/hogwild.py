@@ -9,6 +9,13 @@ replica, and every MERGE_ROWS rows adds its change since the last merge
 (replica - base) to the shared model and takes the sum back: Hogwild's delayed
 updates, batched. Cold features are stepped in place.
 
+The hot features are the model's first ``n_hot`` (:func:`hot_features` chooses
+them, and the training renumbers the model so: model/layout.move_to_front), so
+a worker tells one by a comparison (i < n_hot) and finds its copy at a fixed
+offset. With a table of each feature's slot, a dependent load a feature, two
+threads ran at 1.59x-1.66x one on bench_threads' fields set, at 1.73x-1.77x
+without it (in-process epochs).
+
 * FM (one level), factors up to SPARE_MAX_BYTES: the replicas are spare rows
   after the model's own in the same arrays (:func:`spare_rows`,
   kernels/replicas.py), and a hot feature's id is rewritten to its replica's
@@ -73,10 +80,8 @@ from rafmcli.kernels.sgd import (
     train_span,
     with_steps,
 )
-from rafmcli.kernels.sorting import stable_argsort
 
-HOT_SAMPLE = 4096  # rows whose features decide which are hot
-HOT_SHARE = 1 / 512  # a hot feature is in at least this share of them (replica-aware loop: it merges only the
+HOT_SHARE = 1 / 512  # a hot feature is in at least this share of the rows (replica-aware loop: it merges only the
 # copies a worker touched, so a low share costs little; at 1/128 both threads kept writing the rows of features
 # seen every few hundred rows)
 SPARE_HOT_SHARE = 1 / 256  # the same for FM's spare rows, whose merges visit every copy, touched or not
@@ -87,14 +92,14 @@ MIN_MERGES = 16  # merges a worker makes in an epoch at least (on small data: fe
 
 
 @njit(cache=True, error_model="numpy", **NO_REFCOUNT)
-def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, hot, write):
-    """forward.prefetch_row for the features that are not hot (``hot[i] < 0``); hot ones are
+def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, n_hot, write):
+    """forward.prefetch_row for the features that are not hot (i >= ``n_hot``); hot ones are
     in the worker's replica, already in cache."""
     m = widths.shape[0]
     rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
     for k in range(a, b):
         i = indices[k]
-        if hot[i] >= 0:
+        if i < n_hot:
             continue
         prefetch(w, i)
         if accw1.shape[0]:
@@ -110,10 +115,10 @@ def prefetch_row_hot(a, b, indices, lev, widths, offsets, V, accV1, w, accw1, ho
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
-def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B, hot,
+def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff, S, T, Q, R, B, n_hot,
                     hot_stride, Vh):
-    """forward.row_forward where a hot feature (slot s = hot[i] >= 0) reads v_i^(l) from the
-    worker's replica ``Vh`` at s * hot_stride + soff[l]."""
+    """forward.row_forward where a hot feature (i < ``n_hot``) reads v_i^(l) from the worker's
+    replica ``Vh`` at i * hot_stride + soff[l]."""
     m = widths.shape[0]
     has_values = values.shape[0] > 0
     filled = -1
@@ -128,12 +133,11 @@ def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff
                 T[f] = 0.0
             Q[filled] = 0.0
             R[filled] = 0.0
-        s = hot[i]
         for l in range(top + 1):
             so = np.uint64(soff[l])
             q = np.float32(0.0)
-            if s >= 0:
-                start = np.uint64(s) * np.uint64(hot_stride) + so
+            if i < n_hot:
+                start = np.uint64(i) * np.uint64(hot_stride) + so
                 if nested and l < top:
                     for f in range(np.uint64(widths[l])):
                         vx = Vh[start + f] * x
@@ -165,13 +169,13 @@ def row_forward_hot(a, b, indices, values, lev, widths, offsets, V, nested, soff
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, **NO_REFCOUNT)
-def linear_part_hot(a, b, indices, values, w, hot, wh):
-    """Sum_i w_i x_i over one row, hot features' weights from the replica ``wh``."""
+def linear_part_hot(a, b, indices, values, w, n_hot, wh):
+    """Sum_i w_i x_i over one row, hot features' (i < ``n_hot``) weights from the replica ``wh``."""
     has_values = values.shape[0] > 0
     s = 0.0
     for k in range(a, b):
         i = indices[k]
-        wi = wh[hot[i]] if hot[i] >= 0 else w[i]
+        wi = wh[i] if i < n_hot else w[i]
         s += wi * (values[k] if has_values else 1.0)
     return s
 
@@ -204,22 +208,21 @@ def _prefetch_shared(i, lev, widths, offsets, V, accV1, accV2, rowwise):
 
 
 @njit(cache=True, error_model="numpy")
-def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, state, replica):
-    """Merge the replicas of ``slots[:n_slots]`` (and the bias) into the shared model."""
+def merge_replica(hot, n_hot, lev, widths, offsets, soff, model, state, replica):
+    """Merge the replicas of the hot features ``hot[:n_hot]`` (and the bias) into the shared model."""
     V, w, w0 = model[3], model[4], model[5]
     accV1, accV2, accw1, accw2, acc0 = state
     Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b = replica
     m = widths.shape[0]
     stride = soff[m]
     rowwise, unit = rowwise_state(accV1, V), row_unit(widths)
-    for k in range(n_slots):
-        if k + MERGE_AHEAD < n_slots:
-            _prefetch_shared(hot_ids[slots[k + MERGE_AHEAD]], lev, widths, offsets, V, accV1, accV2, rowwise)
-        s = slots[k]
-        i = hot_ids[s]
+    for k in range(n_hot):
+        if k + MERGE_AHEAD < n_hot:
+            _prefetch_shared(hot[k + MERGE_AHEAD], lev, widths, offsets, V, accV1, accV2, rowwise)
+        i = hot[k]
         for l in range(top_level(lev, i, m) + 1):
             g = row_start(offsets, widths, l, i)
-            h = np.uint64(s) * np.uint64(stride) + np.uint64(soff[l])
+            h = np.uint64(i) * np.uint64(stride) + np.uint64(soff[l])
             width = np.uint64(widths[l])
             _merge(V, g, Vh, Vb, h, width)
             if rowwise:
@@ -228,22 +231,23 @@ def merge_replica(slots, n_slots, hot_ids, lev, widths, offsets, soff, model, st
                 _merge(accV1, g, A1h, A1b, h, width)
             if accV2.shape[0]:
                 _merge(accV2, g, A2h, A2b, h, width)
-        _merge(w, i, wh, wb, s, 1)
+        _merge(w, i, wh, wb, i, 1)
         if accw1.shape[0]:
-            _merge(accw1, i, aw1h, aw1b, s, 1)
+            _merge(accw1, i, aw1h, aw1b, i, 1)
         if accw2.shape[0]:
-            _merge(accw2, i, aw2h, aw2b, s, 1)
+            _merge(accw2, i, aw2h, aw2b, i, 1)
     _merge(w0, 0, w0h, w0b, 0, 1)
     _merge(acc0, 0, a0h, a0b, 0, 2)
 
 
 @njit(cache=True, error_model="numpy")
-def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
+def new_replica(n_hot, lev, widths, offsets, soff, model, state):
     """A thread's private copies (and their values at the last merge) of the hot features'
-    parameters and optimizer state, and of the bias, filled from the shared model."""
+    (the model's first ``n_hot``) parameters and optimizer state, and of the bias, filled from
+    the shared model."""
     V, w = model[3], model[4]
     accV1, accV2, accw1, accw2 = state[0], state[1], state[2], state[3]
-    n, stride = hot_ids.shape[0], soff[widths.shape[0]]
+    n, stride = n_hot, soff[widths.shape[0]]
 
     nv, n2 = n * stride, n * stride if accV2.shape[0] else 0
     n1 = 0 if not accV1.shape[0] else nv if accV1.shape[0] == V.shape[0] else nv // row_unit(widths)
@@ -257,37 +261,18 @@ def new_replica(hot_ids, lev, widths, offsets, soff, model, state):
     w0h, w0b = np.zeros(1), np.zeros(1)
     a0h, a0b = np.zeros(2), np.zeros(2)
     replica = (Vh, Vb, A1h, A1b, A2h, A2b, wh, wb, aw1h, aw1b, aw2h, aw2b, w0h, w0b, a0h, a0b)
-    merge_replica(np.arange(n, dtype=np.int32), n, hot_ids, lev, widths, offsets, soff, model, state,
-                  replica)  # zero deltas: a copy; int32 slots as the row loop's (one compile)
+    merge_replica(np.arange(n, dtype=np.int32), n, lev, widths, offsets, soff, model, state,
+                  replica)  # zero deltas: a copy; int32 ids as the row loop's (one compile)
     return replica
-
-
-@njit(cache=True, error_model="numpy")
-def hot_features(order, sample_rows, indptr, indices, n_features, min_share, max_hot):
-    """(slot of each feature or -1, features by slot): the features in at least ``min_share``
-    of the first ``sample_rows`` rows of ``order`` (at most ``max_hot``, most frequent first)."""
-    counts = np.zeros(n_features, dtype=np.int32)
-    n = min(sample_rows, order.shape[0])
-    for j in range(n):
-        r = order[j]
-        for k in range(indptr[r], indptr[r + 1]):
-            counts[indices[k]] += 1
-    need = max(1, int(np.ceil(min_share * n)))
-    ids = np.nonzero(counts >= need)[0]
-    ids = ids[stable_argsort(-counts[ids])][:max_hot].astype(np.int32)
-    slot = np.full(n_features, -1, dtype=np.int32)
-    for s in range(ids.shape[0]):
-        slot[ids[s]] = s
-    return slot, ids
 
 
 def _make_trainer(method):
     """One Hogwild worker's row loop with the optimizer ``method`` fixed (as kernels.sgd's)."""
-    def span(j0, j1, j_end, step, ptr, idx, val, lab, model, state, hyper, reg_v, task, nested, variant, hot,
+    def span(j0, j1, j_end, step, ptr, idx, val, lab, model, state, hyper, reg_v, task, nested, variant, n_hot,
              replica, scratch, dirty, touched, n_touched, write, loss):
-        """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features in
-        ``replica``; a hot feature's slot is added to ``touched`` (and marked ``dirty``) the
-        first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
+        """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features (the
+        first ``n_hot``) in ``replica``; a hot feature is added to ``touched`` (and marked
+        ``dirty``) the first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
         ``write``: prefetch for writing (forward.prefetch_write). Without reference counts
         (kernels.NO_REFCOUNT)."""
         lev, widths, offsets, V, w, _ = model
@@ -302,17 +287,14 @@ def _make_trainer(method):
         lr, lr_dep_base = hyper[H_LR], hyper[H_LR_DEP]
         dep_weight = hyper[H_DEP_WEIGHT]
         for j in range(j0, j1):
-            if j + 2 * PREFETCH_AHEAD < j_end:  # the slots prefetch_row_hot reads (4 bytes a feature: large)
-                for k in range(ptr[j + 2 * PREFETCH_AHEAD], ptr[j + 2 * PREFETCH_AHEAD + 1]):
-                    prefetch(hot, idx[k])
             if j + PREFETCH_AHEAD < j_end:
                 ahead = j + PREFETCH_AHEAD
-                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, hot,
+                prefetch_row_hot(ptr[ahead], ptr[ahead + 1], idx, lev, widths, offsets, V, accV1, w, accw1, n_hot,
                                  write)
             a, b = ptr[j], ptr[j + 1]
-            lin = W0[0] + linear_part_hot(a, b, idx, val, w, hot, wh)
+            lin = W0[0] + linear_part_hot(a, b, idx, val, w, n_hot, wh)
             pair, row_top = row_forward_hot(a, b, idx, val, lev, widths, offsets, V, nested, soff, S, T,
-                                            Q, R, B, hot, stride, Vh)
+                                            Q, R, B, n_hot, stride, Vh)
             y_hat = lin + pair
             row_loss, g = loss_gradient(task, y_hat, lab[j], hyper)
             loss += row_loss
@@ -332,7 +314,7 @@ def _make_trainer(method):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
                 top = top_level(lev, i, m)
-                hs = hot[i]
+                hs = i if i < n_hot else -1
                 if hs >= 0:
                     if not dirty[hs]:
                         dirty[hs] = True
@@ -365,13 +347,12 @@ def _make_trainer(method):
                                          x, reg_v[l], lr_step, beta1, beta2, eps)
         return loss, n_touched
 
-    def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot,
-                   hot_ids, merge_rows, claims, write, buffers):
+    def rows_range(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, n_hot,
+                   merge_rows, claims, write, buffers):
         """Visit rows order[lo:hi] (with non-empty ``claims``: blocks of ``order`` claimed from the
         workers' counter, kernels/claims.py), updating the model after each; return the summed loss.
 
-        With a non-empty ``hot`` (the slot of each feature, -1 if not hot; ``hot_ids``: features
-        by slot), the hot features' parameters and the bias are stepped in a private replica
+        The hot features' (the model's first ``n_hot``) parameters and the bias are stepped in a private replica
         merged into the shared model every ``merge_rows`` rows (:func:`merge_replica`). Rows are
         gathered CHUNK_ROWS at a time and trained by this method's ``train_span`` (:func:`span`,
         inlined) between merges. ``write``: prefetch rows for writing (forward.prefetch_write).
@@ -379,7 +360,7 @@ def _make_trainer(method):
         """
         indptr, indices, values, labels = data
         lev, widths, offsets = model[0], model[1], model[2]
-        scratch, ptr, idx, val, lab, replica, dirty, touched, no_slot = buffers
+        scratch, ptr, idx, val, lab, replica, dirty, touched = buffers
         soff = scratch[0]
         n_touched = np.int64(0)  # not a literal 0: merge_replica would compile once more for it
         loss = 0.0
@@ -388,23 +369,23 @@ def _make_trainer(method):
         pos, stop = block_lo, block_lo
         while pos < block_hi:
             if visited > 0 and visited % merge_rows == 0:
-                merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+                merge_replica(touched, n_touched, lev, widths, offsets, soff, model, state, replica)
                 for k in range(n_touched):
                     dirty[touched[k]] = False
                 n_touched = np.int64(0)
             j, stop, n, gather = next_span(pos, block_lo, block_hi, stop, visited, merge_rows)
             if gather:
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, no_slot,
-                            np.int64(0))  # int64 as the serial loop's first row (one compile)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, np.int64(0),
+                            np.int64(0))  # ids unchanged: the span tests i < n_hot itself
             loss, n_touched = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, idx, val, lab, model, state,
-                                         hyper, reg_v, task, nested, variant, hot, replica, scratch, dirty,
+                                         hyper, reg_v, task, nested, variant, n_hot, replica, scratch, dirty,
                                          touched, n_touched, write, loss)
             visited += n
             pos += n
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
                 pos = block_lo
-        merge_replica(touched, n_touched, hot_ids, lev, widths, offsets, soff, model, state, replica)
+        merge_replica(touched, n_touched, lev, widths, offsets, soff, model, state, replica)
         return loss
 
     # inlined, not called: see kernels/sgd.py (a compiling run and a cached one rounded differently)
@@ -412,25 +393,24 @@ def _make_trainer(method):
     jitted_span = njit(**options, inline="always")(with_steps(method, span))  # rows_range's global train_span
     loop = njit(**options, nogil=True)(with_steps(method, rows_range, train_span=jitted_span))
 
-    def worker(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
+    def worker(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, n_hot,
                merge_rows, claims, write):
         """:func:`rows_range` with this worker's buffers made first."""
-        buffers = replica_buffers(data, model, state, hot_ids)
-        return loop(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, hot, hot_ids,
+        buffers = replica_buffers(data, model, state, n_hot)
+        return loop(lo, hi, order, step0, data, model, state, hyper, reg_v, task, nested, variant, n_hot,
                     merge_rows, claims, write, buffers)
 
     return worker
 
 
 @njit(cache=True, nogil=True)
-def replica_buffers(data, model, state, hot_ids):
+def replica_buffers(data, model, state, n_hot):
     """A replica-aware worker's arrays: span_scratch, chunk_buffers, its replica
-    (:func:`new_replica`), the dirty flags and touched slots of its hot features, and gather_rows'
-    empty slots (ids are not rewritten: the span tests hot[i] itself)."""
+    (:func:`new_replica`), and the dirty flags and the touched list of its hot features."""
     scratch = span_scratch(model[1])
-    replica = new_replica(hot_ids, model[0], model[1], model[2], scratch[0], model, state)
-    return (scratch, *chunk_buffers(data[0], data[1], data[2]), replica, np.zeros(hot_ids.shape[0], dtype=np.bool_),
-            np.empty(hot_ids.shape[0], dtype=np.int32), np.empty(0, dtype=np.int32))
+    replica = new_replica(n_hot, model[0], model[1], model[2], scratch[0], model, state)
+    return (scratch, *chunk_buffers(data[0], data[1], data[2]), replica, np.zeros(n_hot, dtype=np.bool_),
+            np.empty(n_hot, dtype=np.int32))
 
 
 _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROWWISE)}
@@ -438,12 +418,13 @@ _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROW
 
 class SpareRows(NamedTuple):
     """The epoch kernels' (lev, widths, offsets, V, w) and (accV1, accV2, accw1, accw2, acc0)
-    with spare rows for the workers' replicas after the model's own (:func:`spare_rows`), and
-    that state as views of its first rows (the model's own)."""
+    with spare rows for ``n_hot`` replica rows a worker after the model's own (:func:`spare_rows`),
+    and that state as views of its first rows (the model's own)."""
 
     model: tuple
     state: tuple
     views: tuple
+    n_hot: int
 
 
 SPARE_MAX_BYTES = 1 << 26  # larger FM factors (with their spare rows) are not copied
@@ -452,21 +433,24 @@ WRITE_PREFETCH_BYTES = 1 << 23  # factors and optimizer state up to this size ar
 # a gain); larger ones come from memory, where a write hint costs (the 1M-row set, forward.prefetch_write)
 
 
-def spare_rows(model, state, n_threads):
-    """Arrays with room for ``n_threads`` x min(MAX_HOT, features) replica rows after ``model``'s
-    factors, weights and optimizer ``state`` (one copy) when it has one level (FM, or RaFM and
-    DiFacto with one rank); the model's V and w then view their first rows.
+def spare_fits(model, n_threads, n_hot):
+    """Whether ``model`` trains on spare rows (:func:`spare_rows`): one level (FM, or RaFM and
+    DiFacto with one rank) and factors that with ``n_threads`` x ``n_hot`` spare rows take at most
+    SPARE_MAX_BYTES (the copy would raise peak memory; on a large vocabulary few rows are hot,
+    and plain Hogwild scales: :func:`train_epoch`)."""
+    rows = model.V.shape[0] // int(model.widths[0]) + n_threads * n_hot
+    return len(model.ranks) == 1 and rows * int(model.widths[0]) * model.V.itemsize <= SPARE_MAX_BYTES
 
-    Returns :class:`SpareRows`, or None for several
-    levels and when the factors with their spare rows exceed SPARE_MAX_BYTES (the copy would
-    raise peak memory; on a large vocabulary few rows are hot, and plain Hogwild scales:
-    :func:`train_epoch`)."""
+
+def spare_rows(model, state, n_threads, n_hot):
+    """Arrays with room for ``n_threads`` x ``n_hot`` replica rows after ``model``'s factors,
+    weights and optimizer ``state`` (one copy) when :func:`spare_fits`; the model's V and w
+    then view their first rows. Returns :class:`SpareRows`, or None."""
     from rafmcli.model.layout import aligned_zeros
 
-    spare = n_threads * min(MAX_HOT, model.w.shape[0])
-    width = int(model.widths[0])
-    if len(model.ranks) > 1 or model.V.nbytes + spare * width * model.V.itemsize > SPARE_MAX_BYTES:
+    if not spare_fits(model, n_threads, n_hot):
         return None
+    spare, width = n_threads * n_hot, int(model.widths[0])
 
     def grow(a, width):
         if not a.shape[0]:
@@ -480,14 +464,8 @@ def spare_rows(model, state, n_threads):
     grown = [grow(a, width if a.shape[0] == model.V.shape[0] else 1) for a in state[:2]]  # 1: row-wise AdaGrad
     grown += [grow(a, 1) for a in state[2:4]]
     kmodel = (*model.kernel_model()[:3], V, w)
-    return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],))
-
-
-class HotSet(NamedTuple):
-    """The features each worker steps in its own replica."""
-
-    slot: np.ndarray  # each feature's slot among the hot ones, -1 if not hot
-    ids: np.ndarray   # the hot features by slot
+    return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],),
+                     n_hot)
 
 
 def replicates(model, spare):
@@ -496,21 +474,30 @@ def replicates(model, spare):
     return spare is not None or model[1].shape[0] > 1
 
 
-def hot_set(order, data, n_features, spare=None):
-    """The features in at least HOT_SHARE (SPARE_HOT_SHARE with ``spare``) of the first
-    HOT_SAMPLE rows of ``order`` (at most MAX_HOT, most frequent first)."""
-    share = HOT_SHARE if spare is None else SPARE_HOT_SHARE
-    return HotSet(*hot_features(order, HOT_SAMPLE, data[0], data[1], n_features, share, MAX_HOT))
+def hot_features(model, counts, n_rows, n_threads):
+    """The internal ids of the features ``n_threads`` workers will replicate, most frequent first:
+    those in at least HOT_SHARE of the ``n_rows`` rows (SPARE_HOT_SHARE on spare rows; ``counts``:
+    each feature's occurrences), at most MAX_HOT, among the top level's features (the first:
+    levels are non-increasing), whose rows are in every level block. None for plain Hogwild
+    (an FM too large for spare rows)."""
+    levels = np.asarray(model.levels)
+    top = int(np.count_nonzero(levels == levels[0])) if levels.shape[0] else 0
+    share = SPARE_HOT_SHARE if len(model.ranks) == 1 else HOT_SHARE
+    ids = np.flatnonzero(np.asarray(counts[:top]) >= max(1, int(np.ceil(share * n_rows))))
+    hot = ids[np.argsort(-np.asarray(counts)[ids], kind="stable")][:MAX_HOT]
+    if len(model.ranks) == 1 and not spare_fits(model, n_threads, hot.shape[0]):
+        return None
+    return hot
 
 
 def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested, variant, method,
-                spare=None, hot=None, merge_rows=MERGE_ROWS):
+                spare=None, n_hot=0, merge_rows=MERGE_ROWS):
     """One pass with ``n_threads`` lock-free workers (Python threads, :func:`rafmcli.threads.spread`)
     that claim blocks of ``order`` as they go (kernels/claims.py: a slow core takes fewer);
     returns the summed loss.
 
-    Where workers keep replicas (:func:`replicates`), each steps the ``hot`` features (a
-    :class:`HotSet` for ``model``; None: :func:`hot_set` of this epoch's order) in its replica,
+    Where workers keep replicas (:func:`replicates`), each steps the hot features (the model's
+    first ``n_hot``: solvers/sgd.py numbers them first, :func:`hot_features`) in its replica,
     merged every ``merge_rows`` rows (fewer on small data).
     ``spare``: :func:`spare_rows`' arrays for ``model`` and ``state`` (FM), whose workers then
     run kernels.sgd's row loop. Workers prefetch the rows they step for writing when the factors
@@ -520,8 +507,10 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
-    if hot is not None and hot.slot.shape[0] != n_features:  # the kernels index it by feature, unchecked
-        raise ValueError(f"a hot set for {hot.slot.shape[0]} features given for a model of {n_features}")
+    if not 0 <= n_hot <= n_features or (spare is not None and spare.n_hot != n_hot):
+        # the kernels index the replicas by feature, unchecked
+        raise ValueError(f"{n_hot} hot features for a model of {n_features} with spare rows for "
+                         f"{'none' if spare is None else spare.n_hot}")
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
     claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)
@@ -531,13 +520,12 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
         replicas = unused._replace(n_threads=n_threads, merge_rows=merge_rows, claims=claims, write_prefetch=write)
         return float(sum(spread(_TRAINERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
                                 task, nested, variant, replicas, threads=n_threads)))
-    slot, hot_ids = hot or hot_set(order, data, n_features, spare)
     if spare is not None:
         spare_model = (*spare.model, model[5])  # the bias array the caller reads
-        replicas = Replicas(slot, hot_ids, n_features, n_threads, merge_rows, claims, write)
+        replicas = Replicas(n_hot, n_features, n_threads, merge_rows, claims, write)
         losses = spread(_TRAINERS[method], order.shape[0], order, step0, data, spare_model, spare.state,
                         hyper, reg_v, task, nested, variant, replicas, threads=n_threads)
     else:
         losses = spread(_WORKERS[method], order.shape[0], order, step0, data, model, state, hyper, reg_v,
-                        task, nested, variant, slot, hot_ids, merge_rows, claims, write, threads=n_threads)
+                        task, nested, variant, n_hot, merge_rows, claims, write, threads=n_threads)
     return float(sum(losses))

@@ -1,13 +1,15 @@
 """A Hogwild worker's private copies of the hot features, in spare rows of the model's arrays.
 
 FM's parameter arrays (V, w and their optimizer state) can be allocated with
-spare rows after the model's own (kernels/hogwild.py ``spare_rows``). Worker t
-of T keeps its copy of hot feature slot s in row ``n_features + t * n_hot + s``
-and rows are gathered with hot features' ids rewritten to those rows
-(kernels/sgd.py ``gather_rows``), so the worker runs the serial row loop
-unchanged. Every ``merge_rows`` rows it adds its change since the last merge
-(copy - base) to the shared row and takes the sum back (:func:`merge`):
-Hogwild's delayed updates, batched. The bias is copied and merged the same way.
+spare rows after the model's own (kernels/hogwild.py ``spare_rows``). The hot
+features are the model's first ``n_hot`` (solvers/hot_first.py numbers them
+so); worker t of T keeps its copy of hot feature i in row
+``n_features + t * n_hot + i``, and rows are gathered with hot features' ids
+rewritten to those rows (kernels/sgd.py ``gather_rows``: one comparison, no
+table), so the worker runs the serial row loop unchanged. Every ``merge_rows``
+rows it adds its change since the last merge (copy - base) to the shared row
+and takes the sum back (:func:`merge`): Hogwild's delayed updates, batched.
+The bias is copied and merged the same way.
 
 A worker's hot features and share of the work are a :class:`Replicas`; :func:`none`
 gives the serial loop's.
@@ -22,8 +24,7 @@ from numba import njit
 class Replicas(NamedTuple):
     """What a Hogwild worker of kernels.sgd's row loop copies, and how it shares the work."""
 
-    slot: np.ndarray     # each feature's slot among the hot ones (-1: not hot)
-    hot_ids: np.ndarray  # the hot features by slot
+    n_hot: int           # the hot features: the model's first n_hot (solvers/hot_first.py)
     n_features: int      # the model's own rows; the workers' copies follow them
     n_threads: int
     merge_rows: int      # rows between a worker's merges
@@ -34,36 +35,35 @@ class Replicas(NamedTuple):
 @njit(cache=True)
 def none():
     """``replicas`` of the serial loop: no hot features, one merge (the bias) at the end."""
-    none32 = np.empty(0, dtype=np.int32)
-    return Replicas(none32, none32, 0, 1, 1 << 62, np.empty(0, dtype=np.int64), False)
+    return Replicas(0, 0, 1, 1 << 62, np.empty(0, dtype=np.int64), False)
 
 
 @njit(cache=True)
 def first_row(lo, items, replicas):
-    """The row of slot 0 of the worker whose range starts at ``lo`` (worker t's range starts at
-    t * items // n_threads: threads.range_bounds, pinned by tests/test_hogwild.py)."""
-    hot_ids, n_features, n_threads = replicas.hot_ids, replicas.n_features, replicas.n_threads
+    """The row of hot feature 0's copy of the worker whose range starts at ``lo`` (worker t's
+    range starts at t * items // n_threads: threads.range_bounds, pinned by tests/test_hogwild.py)."""
+    n_threads = replicas.n_threads
     t = 0
     while t * items // n_threads < lo:
         t += 1
-    return n_features + t * hot_ids.shape[0]
+    return replicas.n_features + t * replicas.n_hot
 
 
 @njit(cache=True, error_model="numpy")
-def _rows(arr, width, hot_ids, first, base, merge):
-    """Copy the hot rows of ``arr`` into the worker's rows and into ``base`` or, with ``merge``,
-    merge the worker's rows into them (:func:`_merge_one`)."""
+def _rows(arr, width, n_hot, first, base, merge):
+    """Copy the hot rows of ``arr`` (its first ``n_hot`` rows of ``width``) into the worker's
+    rows (from row ``first``) and into ``base`` or, with ``merge``, merge the worker's rows into
+    them (:func:`_merge_one`)."""
     if not arr.shape[0]:
         return
-    for s in range(hot_ids.shape[0]):
-        g, h, b = np.uint64(hot_ids[s]) * width, np.uint64(first + s) * width, np.uint64(s) * width
-        for f in range(width):
-            if merge:
-                _merge_one(arr, g + f, arr, h + f, base, b + f)
-            else:
-                v = arr[g + f]
-                arr[h + f] = v
-                base[b + f] = v
+    h = np.uint64(first) * width
+    for e in range(np.uint64(n_hot) * width):
+        if merge:
+            _merge_one(arr, e, arr, h + e, base, e)
+        else:
+            v = arr[e]
+            arr[h + e] = v
+            base[e] = v
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -74,29 +74,29 @@ def _state_width(model, state):
 
 
 @njit(cache=True, error_model="numpy")
-def _each_array(hot_ids, first, model, state, base, merge):
+def _each_array(n_hot, first, model, state, base, merge):
     """:func:`_rows` on V, w and their optimizer state, with ``base`` their bases."""
     width, one = np.uint64(model[1][0]), np.uint64(1)
-    _rows(model[3], width, hot_ids, first, base[0], merge)
-    _rows(state[0], _state_width(model, state), hot_ids, first, base[1], merge)
-    _rows(state[1], width, hot_ids, first, base[2], merge)
-    _rows(model[4], one, hot_ids, first, base[3], merge)
-    _rows(state[2], one, hot_ids, first, base[4], merge)
-    _rows(state[3], one, hot_ids, first, base[5], merge)
+    _rows(model[3], width, n_hot, first, base[0], merge)
+    _rows(state[0], _state_width(model, state), n_hot, first, base[1], merge)
+    _rows(state[1], width, n_hot, first, base[2], merge)
+    _rows(model[4], one, n_hot, first, base[3], merge)
+    _rows(state[2], one, n_hot, first, base[4], merge)
+    _rows(state[3], one, n_hot, first, base[5], merge)
 
 
 @njit(cache=True, error_model="numpy")
-def open_copies(hot_ids, first, model, state):
+def open_copies(n_hot, first, model, state):
     """Fill the worker's rows from the shared ones; return their values now (the base of the
     first merge): (V, accV1, accV2, w, accw1, accw2, bias, bias state)."""
     V, w, width = model[3], model[4], np.uint64(model[1][0])
     accV1, accV2, accw1, accw2, acc0 = state
-    n = hot_ids.shape[0]
+    n = n_hot
     base = (np.empty(n * width, V.dtype), np.empty(n * _state_width(model, state) if accV1.shape[0] else 0, V.dtype),
             np.empty(n * width if accV2.shape[0] else 0, V.dtype), np.empty(n, w.dtype),
             np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
             model[5].copy(), acc0.copy())
-    _each_array(hot_ids, first, model, state, base, False)
+    _each_array(n_hot, first, model, state, base, False)
     return base
 
 
@@ -112,9 +112,9 @@ def _merge_one(shared, g, local, h, base, b):
 
 
 @njit(cache=True, error_model="numpy")
-def merge(hot_ids, first, model, state, bias, bias_state, base):
+def merge(n_hot, first, model, state, bias, bias_state, base):
     """Merge the worker's rows and its bias (``bias``, ``bias_state``: its copies) into the shared ones."""
-    _each_array(hot_ids, first, model, state, base, True)
+    _each_array(n_hot, first, model, state, base, True)
     _merge_one(model[5], 0, bias, 0, base[6], 0)
     for k in range(2):
         _merge_one(state[4], k, bias_state, k, base[7], k)

@@ -299,7 +299,7 @@ def next_span(pos, block_lo, block_hi, stop, visited, merge_rows):
 
 
 @njit(cache=True, error_model="numpy")
-def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab, slot, first):
+def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, lab, n_hot, first):
     """Copy rows order[lo:hi] into small contiguous buffers (local CSR).
 
     Training then walks the buffer in order and can prefetch the factors of
@@ -307,14 +307,14 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
     prefetches GATHER_AHEAD rows ahead: a row's ``indptr`` entries and label
     first, its ids once that ``indptr`` entry has arrived.
 
-    A feature with a slot (``slot[i] >= 0``) becomes ``first + slot[i]``: a
-    Hogwild worker's own copy (kernels/replicas.py); empty ``slot``: no change.
-    A select, not a branch: hot and cold features alternate unpredictably within
-    a row. With a bit-set test and a branch, one spare-row worker took 15% longer
-    than the serial loop on bench_threads' fields set; with the select, 4%.
+    A hot feature (internal id i < ``n_hot``: solvers/hot_first.py numbers them first)
+    becomes ``first + i``, a Hogwild worker's own copy (kernels/replicas.py); ``n_hot`` 0:
+    no change. One comparison and a select: with a table of slots (a load a feature) two
+    threads ran at 1.59x-1.66x one on bench_threads' fields set, with the comparison at
+    1.73x-1.77x (in-process epochs).
     """
     has_values = values.shape[0] > 0
-    remapped = slot.shape[0] > 0
+    remapped = n_hot > 0
     n = hi - lo
     nz = 0
     ptr[0] = 0
@@ -330,17 +330,12 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
             if has_values:
                 prefetch(values, indptr[r])
                 prefetch(values, indptr[r + 1] - 1)
-        if remapped and j + GATHER_AHEAD // 2 < n:  # its ids arrived: their slots (4 bytes a feature)
-            r = order[lo + j + GATHER_AHEAD // 2]
-            for k in range(indptr[r], indptr[r + 1]):
-                prefetch(slot, indices[k])
         r = order[lo + j]
         a, b = indptr[r], indptr[r + 1]
         for k in range(a, b):
             i = indices[k]
             if remapped:
-                s = slot[i]
-                i = first + s if s >= 0 else i
+                i = first + i if i < n_hot else i
             idx[nz] = i
             if has_values:
                 val[nz] = values[k]
@@ -445,7 +440,7 @@ def _make_trainers(method):
         the end. ``buffers``: :func:`worker_buffers`' (this loop allocates nothing).
         """
         indptr, indices, values, labels = data
-        slot, hot_ids, claims = replicas.slot, replicas.hot_ids, replicas.claims
+        n_hot, claims = replicas.n_hot, replicas.claims
         merge_rows, write = replicas.merge_rows, replicas.write_prefetch
         first, base, w0, acc0, scratch, ptr, idx, val, lab = buffers
         ridx, rval = as_read_only(idx), as_read_only(val)  # the row kernels' type for rows (prediction's)
@@ -455,10 +450,10 @@ def _make_trainers(method):
         pos, stop = block_lo, block_lo
         while pos < block_hi:
             if visited > 0 and visited % merge_rows == 0:
-                merge_copies(hot_ids, first, model, state, w0, acc0, base)
+                merge_copies(n_hot, first, model, state, w0, acc0, base)
             j, stop, n, gather = next_span(pos, block_lo, block_hi, stop, visited, merge_rows)
             if gather:
-                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, slot, first)
+                gather_rows(order, pos, stop, indptr, indices, values, labels, ptr, idx, val, lab, n_hot, first)
             loss = train_span(j, j + n, j + stop - pos, step0 + pos, ptr, ridx, rval, lab, model, state, w0, acc0,
                               hyper, reg_v, task, nested, variant, scratch, write, loss)
             visited += n
@@ -466,7 +461,7 @@ def _make_trainers(method):
             if pos == block_hi:  # the block is done: claim the next
                 block_lo, block_hi = next_block(claims, lo, hi, order.shape[0], True, BLOCK_ROWS)
                 pos = block_lo
-        merge_copies(hot_ids, first, model, state, w0, acc0, base)
+        merge_copies(n_hot, first, model, state, w0, acc0, base)
         return loss
 
     # The span inlines into the loop: a span called as a function of its own ran, in the process
@@ -490,7 +485,7 @@ def worker_buffers(lo, n_order, data, model, state, replicas):
     the replicas' base (replicas.open_copies), its bias and bias state, :func:`span_scratch`,
     :func:`chunk_buffers`)."""
     first = replicas_first_row(lo, n_order, replicas)
-    base = open_copies(replicas.hot_ids, first, model, state)
+    base = open_copies(replicas.n_hot, first, model, state)
     w0, acc0 = base[6].copy(), base[7].copy()  # the bias and its state: this worker's copies
     return (first, base, w0, acc0, span_scratch(model[1]), *chunk_buffers(data[0], data[1], data[2]))
 
@@ -509,11 +504,11 @@ def train_epoch(order, step0, data, model, state, hyper, reg_v, task, nested, va
 
 
 def train_epoch_hogwild(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
-                        variant, method, spare=None, hot=None):
+                        variant, method, spare=None, n_hot=0):
     """One pass with ``n_threads`` lock-free workers claiming blocks of ``order`` as they go
-    (:mod:`rafmcli.kernels.hogwild`: replicas of the ``hot`` features, a ``hot_set``; ``spare``:
-    its ``spare_rows`` for FM)."""
+    (:mod:`rafmcli.kernels.hogwild`: replicas of the model's first ``n_hot`` features, its hot
+    ones; ``spare``: its ``spare_rows`` for FM)."""
     from rafmcli.kernels import hogwild
 
     return hogwild.train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task, nested,
-                               variant, method, spare, hot)
+                               variant, method, spare, n_hot)

@@ -225,6 +225,43 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
     return grown
 
 
+def move_to_front(model, state, first):
+    """Renumber ``model``'s internal features in place so that ``first`` (internal ids of
+    features of the top level) become 0 .. len(first) - 1 in that order, and the features
+    they displace take the places they leave.
+
+    Feature ids, weights, factors of every level and the optimizer ``state`` (accV1, accV2,
+    accw1, accw2, acc0: element-wise, or row-wise AdaGrad's one sum a factor row) move with
+    their features, so the model predicts as before; the top level's features are the
+    first of every level block, so levels stay non-increasing.
+    """
+    first = np.asarray(first, dtype=np.int64)
+    n = first.shape[0]
+    levels = np.asarray(model.levels)
+    if n and np.any(levels[first] != levels[0]):
+        raise ValueError("only features of the top level can move to the front")
+    is_first = np.zeros(levels.shape[0], dtype=bool)
+    is_first[first] = True
+    vacated = np.sort(first[first >= n])
+    order = np.arange(levels.shape[0])  # new internal id -> old
+    order[vacated] = np.flatnonzero(~is_first[:n])
+    order[:n] = first
+    places = np.concatenate([np.arange(n), vacated])
+    moved = places[order[places] != places]
+    src = order[moved]
+    for a in (model.feature_ids, model.w, state[2], state[3]):
+        if a.shape[0]:
+            a[moved] = a[src]
+    for a in (model.V, *state[:2]):
+        for level in range(1, len(model.ranks) + 1) if a.shape[0] else ():
+            if a.shape[0] == model.V.shape[0]:
+                block = model.factors(level).shape
+                rows = a[model.offsets[level - 1]:][:block[0] * block[1]].reshape(block)
+                rows[moved] = rows[src]
+            else:  # row-wise AdaGrad
+                a[model.rowwise_index(level, moved)] = a[model.rowwise_index(level, src)]
+
+
 def normal_factors(n, stdev, rng):
     """``n`` float32 draws of N(0, stdev^2), cache-line aligned, drawn on every core
     (kernels/random.py) from one draw of ``rng``: the same for any number of threads."""

@@ -17,7 +17,16 @@ from rafmcli.kernels import read_only
 from rafmcli.kernels import sgd as K
 from rafmcli.kernels.random import shuffled
 from rafmcli.levels import assign_levels
-from rafmcli.model.layout import STATE_ARRAYS, OptimizerState, aligned_copy, aligned_zeros, build, extend
+from rafmcli.model.layout import (
+    STATE_ARRAYS,
+    OptimizerState,
+    aligned_copy,
+    aligned_zeros,
+    build,
+    extend,
+    internal_indices,
+    move_to_front,
+)
 from rafmcli.options import ADAGRAD_METHODS, ADAGRAD_START, STEP_METHODS, per_level
 from rafmcli.predict import kernel_rows, predict_rows
 from rafmcli.signals import raise_lost
@@ -38,6 +47,15 @@ def holdout_split(data, fraction, seed):
     if not 0 < cut < data.n_rows:
         return data, None
     return data.subset(np.sort(rows[cut:])), data.subset(np.sort(rows[:cut]))
+
+
+def internal_counts(model, data):
+    """Each internal feature of ``model``'s occurrences in ``data`` (0 for one it lacks)."""
+    internal = internal_indices(model, data.feature_ids)[0]
+    counts = np.zeros(model.feature_ids.shape[0], dtype=np.int64)
+    seen = internal >= 0
+    counts[internal[seen]] = np.asarray(data.counts)[seen]
+    return counts
 
 
 def initial_bias(task, labels):
@@ -146,6 +164,14 @@ class Training:
         kept = self.model.state is not None and self.model.state.method == opts.method
         self.state = self.model.state.kernel_state() if kept else optimizer_state(opts.method, self.model)
         self.steps = self.model.state.steps if kept else 0  # optimizer steps taken before (Adam's t)
+        self.n_hot = None  # several threads: the hot features the workers replicate, the model's first n_hot
+        if self.n_threads > 1 and opts.method != "sgda":
+            from rafmcli.kernels.hogwild import hot_features
+
+            hot = hot_features(self.model, internal_counts(self.model, data), data.n_rows, self.n_threads)
+            if hot is not None:  # None: plain Hogwild
+                move_to_front(self.model, self.state, hot)
+                self.n_hot = hot.shape[0]
         self.groups = groups
         self.column_of = np.argsort(-np.asarray(levels), kind="stable")  # internal feature -> data column
         self.adaptive = None  # sgda's AdaptiveStep, made by attach
@@ -174,12 +200,10 @@ class Training:
             self.data_rows = (*rows[:3], *read_only(np.asarray(data.labels, dtype=np.float64)))
             self.valid_rows = kernel_rows(self.model, validation) if validation is not None else None
         self.spare = None  # FM on several threads: arrays with room for the workers' replicas
-        self.hot = None  # several threads: the features each worker replicates (kernels/hogwild.hot_set; None
-        # until the first epoch, and for plain Hogwild)
-        if self.n_threads > 1 and self.opts.method != "sgda":
+        if self.n_hot is not None:
             from rafmcli.kernels.hogwild import spare_rows
 
-            self.spare = spare_rows(self.model, self.state, self.n_threads)
+            self.spare = spare_rows(self.model, self.state, self.n_threads, self.n_hot)
             if self.spare is not None:
                 self.state = self.spare.views
                 self.model.state = None  # its arrays were copied; result() makes it anew
@@ -193,7 +217,7 @@ class Training:
     def __getstate__(self):
         """Everything but the data (and sgda's step sizes: `rafm tune` runs the STEP_METHODS)."""
         state = dict(self.__dict__)
-        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare", "hot"):
+        for name in ("data_rows", "validation", "valid_rows", "kmodel", "adaptive", "spare"):
             state[name] = None
         return state
 
@@ -261,12 +285,7 @@ class Training:
         if self.adaptive is not None:
             loss = self.adaptive.epoch(order, epoch, self.kmodel[5])
         elif self.n_threads > 1:
-            from rafmcli.kernels import hogwild
-
-            if self.hot is None and hogwild.replicates(self.kmodel, self.spare):
-                # chosen once: choosing every epoch cost 2% of a fields epoch on 2 threads
-                self.hot = hogwild.hot_set(order, self.data_rows, self.kmodel[4].shape[0], self.spare)
-            loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare, hot=self.hot)
+            loss = K.train_epoch_hogwild(order, self.n_threads, *args, spare=self.spare, n_hot=self.n_hot or 0)
         else:
             loss = K.train_epoch(order, *args)
         model.w0 = float(self.kmodel[5][0])

@@ -88,6 +88,27 @@ def test_features_moved_to_the_front_keep_their_parameters(kind, method):
     if kind != "fm":
         with pytest.raises(ValueError, match="top level"):
             move_to_front(model, state, [n - 1])
+    for wrong in ([0, 0], [1, 2, 1], [-1], [n]):  # a feature twice, or one that is not there
+        with pytest.raises(ValueError, match="distinct internal ids"):
+            move_to_front(model, state, wrong)
+    assert by_feature(model, state) == before
+
+
+def test_internal_counts_follow_the_models_numbering(planted):
+    """internal_counts gives each internal feature its occurrences in the data, whatever order the
+    model keeps its features in (levels sort them; threaded runs move the hot ones first), and 0
+    to a feature the data lacks; counted here by feature id in plain Python."""
+    data = planted[0]
+    n = data.feature_ids.size
+    model = build("rafm", "c", (2, 8), np.append(data.feature_ids, 10**6), np.arange(n + 1) % 2 + 1, 0.1,
+                  np.random.default_rng(0), 0.0, (0, 1))
+    assert not np.array_equal(model.feature_ids[:n], data.feature_ids)  # not the data's order
+    occurrences = {}
+    for i in data.feature_ids[data.indices]:
+        occurrences[int(i)] = occurrences.get(int(i), 0) + 1
+    counts = internal_counts(model, data)
+    assert counts.tolist() == [occurrences.get(int(i), 0) for i in model.feature_ids]
+    assert counts[model.feature_ids == 10**6] == 0
 
 
 @pytest.fixture(scope="module")
@@ -481,8 +502,11 @@ def test_hot_features_numbered_first_and_small_models_prefetched_for_writing(pla
     args = (np.arange(data.n_rows, dtype=np.int64), 2, 0, run.data_rows, run.kmodel, run.state, run.hyper, run.reg_v,
             K.TASK_CLASSIFICATION, run.model.nested, VARIANTS["paper"], METHODS["adagrad"], run.spare)
     for wrong in (model.w.size + 1,) + ((n_hot + 1,) if run.spare is not None else ()):  # rows the kernels overrun
-        with pytest.raises(ValueError, match="hot features for a model"):
+        with pytest.raises(ValueError, match="hot features on 2 threads for a model"):
             hogwild.train_epoch(*args, n_hot=wrong)
+    if run.spare is not None:  # spare rows for 2 workers' copies, not 3
+        with pytest.raises(ValueError, match="with spare rows for .* on 2"):
+            hogwild.train_epoch(args[0], 3, *args[2:], n_hot=n_hot)
 
 
 @pytest.mark.parametrize("kind,ranks,method", [("fm", (4,), "adagrad"), ("rafm", (2, 4), "adagrad")])

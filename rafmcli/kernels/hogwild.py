@@ -272,7 +272,8 @@ def _make_trainer(method):
              replica, scratch, dirty, touched, n_touched, write, loss):
         """Train on rows j0..j1-1 of a gathered chunk (kernels.sgd's span), hot features (the
         first ``n_hot``) in ``replica``; a hot feature is added to ``touched`` (and marked
-        ``dirty``) the first time a row steps it. Returns (``loss`` plus the rows', the slots in ``touched``).
+        ``dirty``) the first time a row steps it. Returns (``loss`` plus the rows', the features in
+        ``touched``).
         ``write``: prefetch for writing (forward.prefetch_write). Without reference counts
         (kernels.NO_REFCOUNT)."""
         lev, widths, offsets, V, w, _ = model
@@ -314,13 +315,13 @@ def _make_trainer(method):
                 i = idx[k]
                 x = val[k] if has_values else np.float32(1.0)
                 top = top_level(lev, i, m)
-                hs = i if i < n_hot else -1
-                if hs >= 0:
-                    if not dirty[hs]:
-                        dirty[hs] = True
-                        touched[n_touched] = hs
+                hot = i < n_hot
+                if hot:
+                    if not dirty[i]:
+                        dirty[i] = True
+                        touched[n_touched] = i
                         n_touched += 1
-                    step_weight(wh, hs, aw1h, hs, aw2h, hs, g_lin * x + hyper[H_REG1] * wh[hs], lr_linear,
+                    step_weight(wh, i, aw1h, i, aw2h, i, g_lin * x + hyper[H_REG1] * wh[i], lr_linear,
                                 beta1, beta2, eps)
                 else:
                     step_weight(w, i, accw1, i, accw2, i, g_lin * x + hyper[H_REG1] * w[i], lr_linear,
@@ -329,8 +330,8 @@ def _make_trainer(method):
                     width = np.uint64(widths[l])
                     so = np.uint64(soff[l])
                     # calls on fixed arrays, not on one chosen array, and cb = 0 a constant where it is
-                    if hs >= 0:
-                        start = np.uint64(hs) * np.uint64(stride) + so
+                    if hot:
+                        start = np.uint64(i) * np.uint64(stride) + so
                         if nested and l < top:
                             step_factors(Vh, A1h, A2h, start, width, unit, S, T, so, a_dep[l] * x, b_dep[l] * x,
                                          x, reg_v[l], lr_dep, beta1, beta2, eps)
@@ -418,12 +419,13 @@ _WORKERS = {method: _make_trainer(method) for method in (SGD, ADAGRAD, ADAM, ROW
 
 class SpareRows(NamedTuple):
     """The epoch kernels' (lev, widths, offsets, V, w) and (accV1, accV2, accw1, accw2, acc0)
-    with spare rows for ``n_hot`` replica rows a worker after the model's own (:func:`spare_rows`),
-    and that state as views of its first rows (the model's own)."""
+    with spare rows for ``n_threads`` workers' ``n_hot`` replica rows after the model's own
+    (:func:`spare_rows`), and that state as views of its first rows (the model's own)."""
 
     model: tuple
     state: tuple
     views: tuple
+    n_threads: int
     n_hot: int
 
 
@@ -465,7 +467,7 @@ def spare_rows(model, state, n_threads, n_hot):
     grown += [grow(a, 1) for a in state[2:4]]
     kmodel = (*model.kernel_model()[:3], V, w)
     return SpareRows(kmodel, tuple(g[0] for g in grown) + (state[4],), tuple(g[1] for g in grown) + (state[4],),
-                     n_hot)
+                     n_threads, n_hot)
 
 
 def replicates(model, spare):
@@ -507,10 +509,10 @@ def train_epoch(order, n_threads, step0, data, model, state, hyper, reg_v, task,
     from rafmcli.threads import spread
 
     n_features = model[4].shape[0]
-    if not 0 <= n_hot <= n_features or (spare is not None and spare.n_hot != n_hot):
-        # the kernels index the replicas by feature, unchecked
-        raise ValueError(f"{n_hot} hot features for a model of {n_features} with spare rows for "
-                         f"{'none' if spare is None else spare.n_hot}")
+    made_for = (n_threads, n_hot) if spare is None else (spare.n_threads, spare.n_hot)
+    if not 0 <= n_hot <= n_features or made_for != (n_threads, n_hot):  # the kernels index replicas unchecked
+        raise ValueError(f"{n_hot} hot features on {n_threads} threads for a model of {n_features} features "
+                         f"with spare rows for {made_for[1]} on {made_for[0]}")
     # on small data, workers would otherwise not see each other's hot features for much of an epoch
     merge_rows = max(1, min(merge_rows, order.shape[0] // (MIN_MERGES * n_threads)))
     claims = np.zeros(1, dtype=np.int64)  # the next block of rows a worker may claim (kernels/claims.py)

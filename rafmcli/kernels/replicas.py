@@ -2,8 +2,8 @@
 
 FM's parameter arrays (V, w and their optimizer state) can be allocated with
 spare rows after the model's own (kernels/hogwild.py ``spare_rows``). The hot
-features are the model's first ``n_hot`` (solvers/hot_first.py numbers them
-so); worker t of T keeps its copy of hot feature i in row
+features are the model's first ``n_hot`` (solvers/sgd.py numbers them so:
+model/layout.move_to_front); worker t of T keeps its copy of hot feature i in row
 ``n_features + t * n_hot + i``, and rows are gathered with hot features' ids
 rewritten to those rows (kernels/sgd.py ``gather_rows``: one comparison, no
 table), so the worker runs the serial row loop unchanged. Every ``merge_rows``
@@ -24,7 +24,7 @@ from numba import njit
 class Replicas(NamedTuple):
     """What a Hogwild worker of kernels.sgd's row loop copies, and how it shares the work."""
 
-    n_hot: int           # the hot features: the model's first n_hot (solvers/hot_first.py)
+    n_hot: int           # the hot features: the model's first n_hot (model/layout.move_to_front)
     n_features: int      # the model's own rows; the workers' copies follow them
     n_threads: int
     merge_rows: int      # rows between a worker's merges

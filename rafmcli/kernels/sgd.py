@@ -307,7 +307,7 @@ def gather_rows(order, lo, hi, indptr, indices, values, labels, ptr, idx, val, l
     prefetches GATHER_AHEAD rows ahead: a row's ``indptr`` entries and label
     first, its ids once that ``indptr`` entry has arrived.
 
-    A hot feature (internal id i < ``n_hot``: solvers/hot_first.py numbers them first)
+    A hot feature (internal id i < ``n_hot``: solvers/sgd.py numbers them first: model/layout.move_to_front)
     becomes ``first + i``, a Hogwild worker's own copy (kernels/replicas.py); ``n_hot`` 0:
     no change. One comparison and a select: with a table of slots (a load a feature) two
     threads ran at 1.59x-1.66x one on bench_threads' fields set, with the comparison at

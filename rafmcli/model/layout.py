@@ -100,9 +100,14 @@ class Model:
 
     def factors(self, level):
         """The |F_l| x width_l block of level ``level`` (1-based), a view into V."""
+        return self.block(self.V, level)
+
+    def block(self, flat, level):
+        """The |F_l| x width_l block of level ``level`` (1-based) of ``flat``, an array in V's
+        layout (V, or element-wise optimizer state), as a view."""
         l = level - 1
-        size, width, off = self.sizes[l], self.widths[l], self.offsets[l]
-        return self.V[off:off + size * width].reshape(size, width)
+        size, width, off = int(self.sizes[l]), int(self.widths[l]), int(self.offsets[l])
+        return flat[off:off + size * width].reshape(size, width)
 
     def kernel_model(self):
         """The tuple the numba kernels take: (lev, widths, offsets, V, w, w0)."""
@@ -196,10 +201,8 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
 
     def move_rows(old_flat, new_flat):
         for level in range(1, len(model.ranks) + 1):
-            size, width = int(model.sizes[level - 1]), int(model.widths[level - 1])
-            old = old_flat[model.offsets[level - 1]:][:size * width].reshape(size, width)
-            new_block = new_flat[grown.offsets[level - 1]:][:int(grown.sizes[level - 1]) * width]
-            new_block.reshape(-1, width)[pos[:size]] = old  # F_l is a prefix of both orders
+            old = model.block(old_flat, level)
+            grown.block(new_flat, level)[pos[:old.shape[0]]] = old  # F_l is a prefix of both orders
 
     move_rows(model.V, grown.V)
     grown.w[pos] = model.w
@@ -226,18 +229,21 @@ def extend(model, feature_ids, levels, init_stdev, rng, target_range):
 
 
 def move_to_front(model, state, first):
-    """Renumber ``model``'s internal features in place so that ``first`` (internal ids of
-    features of the top level) become 0 .. len(first) - 1 in that order, and the features
+    """Renumber ``model``'s internal features in place so that ``first`` (distinct internal ids
+    of features of the top level) become 0 .. len(first) - 1 in that order, and the features
     they displace take the places they leave.
 
-    Feature ids, weights, factors of every level and the optimizer ``state`` (accV1, accV2,
-    accw1, accw2, acc0: element-wise, or row-wise AdaGrad's one sum a factor row) move with
-    their features, so the model predicts as before; the top level's features are the
-    first of every level block, so levels stay non-increasing.
+    Feature ids, weights, factors of every level and the optimizer ``state``'s per-feature
+    arrays (accV1 and accV2 element-wise, or row-wise AdaGrad's accV1 one sum a factor row;
+    accw1, accw2; not the bias's acc0) move with their features, so the model predicts as
+    before; the top level's features are the first of every level block, so levels stay
+    non-increasing.
     """
     first = np.asarray(first, dtype=np.int64)
     n = first.shape[0]
     levels = np.asarray(model.levels)
+    if n and (first.min() < 0 or first.max() >= levels.shape[0] or np.unique(first).shape[0] < n):
+        raise ValueError("features to move to the front must be distinct internal ids")
     if n and np.any(levels[first] != levels[0]):
         raise ValueError("only features of the top level can move to the front")
     is_first = np.zeros(levels.shape[0], dtype=bool)
@@ -255,8 +261,7 @@ def move_to_front(model, state, first):
     for a in (model.V, *state[:2]):
         for level in range(1, len(model.ranks) + 1) if a.shape[0] else ():
             if a.shape[0] == model.V.shape[0]:
-                block = model.factors(level).shape
-                rows = a[model.offsets[level - 1]:][:block[0] * block[1]].reshape(block)
+                rows = model.block(a, level)
                 rows[moved] = rows[src]
             else:  # row-wise AdaGrad
                 a[model.rowwise_index(level, moved)] = a[model.rowwise_index(level, src)]

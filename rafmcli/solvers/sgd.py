@@ -173,7 +173,8 @@ class Training:
                 move_to_front(self.model, self.state, hot)
                 self.n_hot = hot.shape[0]
         self.groups = groups
-        self.column_of = np.argsort(-np.asarray(levels), kind="stable")  # internal feature -> data column
+        # sgda's internal feature -> data column (a threaded run of another method renumbers its features)
+        self.column_of = np.argsort(-np.asarray(levels), kind="stable") if opts.method == "sgda" else None
         self.adaptive = None  # sgda's AdaptiveStep, made by attach
         self.hyper = hyper_vector(opts, self.model)
         self.reg_v = np.asarray(per_level(opts.reg_factors, len(opts.ranks)), dtype=np.float64)

@@ -65,10 +65,12 @@ def ensure_cache_dir(warn):
          f"(set NUMBA_CACHE_DIR to choose)")
 
 
-def preload(*modules):
+def preload(*modules, warm=None):
     """Import the kernel ``modules`` (numba's own start, 0.3-0.5 s, among them) on a thread
     while the caller goes on with work that releases the GIL: a model's or a cached
-    input's CRC-32 and numpy checks. Returns a function that waits for the imports.
+    input's CRC-32 and numpy checks; then call ``warm()`` there (kernels called on tiny
+    inputs of the caller's types load their machine code from numba's cache). Returns a
+    function that waits for both.
 
     The thread is a daemon, waited for through an event rather than joined: a command
     that fails or is interrupted before it waits exits at once, not after numba's start
@@ -80,7 +82,9 @@ def preload(*modules):
         try:
             for name in modules:
                 importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (the caller's import reports it)
+            if warm is not None:
+                warm()
+        except Exception:  # noqa: BLE001  (the caller's own import or call reports it)
             pass
         finally:
             done.set()

@@ -65,12 +65,10 @@ def ensure_cache_dir(warn):
          f"(set NUMBA_CACHE_DIR to choose)")
 
 
-def preload(*modules, warm=None):
+def preload(*modules):
     """Import the kernel ``modules`` (numba's own start, 0.3-0.5 s, among them) on a thread
     while the caller goes on with work that releases the GIL: a model's or a cached
-    input's CRC-32 and numpy checks; then call ``warm()`` there (kernels called on tiny
-    inputs of the caller's types load their machine code from numba's cache). Returns a
-    function that waits for both.
+    input's CRC-32 and numpy checks. Returns a function that waits for the imports.
 
     The thread is a daemon, waited for through an event rather than joined: a command
     that fails or is interrupted before it waits exits at once, not after numba's start
@@ -82,9 +80,7 @@ def preload(*modules, warm=None):
         try:
             for name in modules:
                 importlib.import_module(name)
-            if warm is not None:
-                warm()
-        except Exception:  # noqa: BLE001  (the caller's own import or call reports it)
+        except Exception:  # noqa: BLE001  (the caller's import reports it)
             pass
         finally:
             done.set()

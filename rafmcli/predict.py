@@ -11,21 +11,6 @@ KERNEL_MODULES = ("rafmcli.kernels.forward", "rafmcli.kernels.rows", "rafmcli.ke
                   "rafmcli.kernels.format")
 
 
-def load_kernels():
-    """Load from numba's cache the kernels every prediction by id calls first (the id table's
-    fill and count, the output's format), on tiny inputs of the types a prediction gives them:
-    ``rafm predict`` runs this on its preload thread (jit.preload) while it checks the model
-    and inputs, where the first of those calls otherwise took 45-110 ms on its way."""
-    import io
-
-    from rafmcli.io.output import format_predictions
-    from rafmcli.kernels.forward import UNSEEN_MET
-    from rafmcli.kernels.rows import count_equal, id_table
-
-    count_equal(id_table(np.zeros(1, dtype=np.int32), 2), UNSEEN_MET)
-    format_predictions(io.BytesIO(), np.zeros(1))
-
-
 def kernel_rows(model, data):
     """CSR arrays in the model's internal ids, entries of unseen features dropped.
 

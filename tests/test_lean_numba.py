@@ -131,8 +131,8 @@ def test_cached_loads_are_lean_only_on_the_numba_versions_read(monkeypatch, vers
 
 def test_preload_imports_on_its_own_thread_and_leaves_failures_to_the_caller(tmp_path, monkeypatch):
     """jit.preload imports its modules on a thread (rafm predict: numba starts while the
-    model is checked), then runs its warm-up there; an import or warm-up that fails there
-    escapes nothing from the thread, and the caller's own import raises it with its message."""
+    model is checked); an import that fails there escapes nothing from the thread, and
+    the caller's own import raises it with its message."""
     import threading
 
     from rafmcli import jit
@@ -148,49 +148,9 @@ def test_preload_imports_on_its_own_thread_and_leaves_failures_to_the_caller(tmp
     jit.preload("preload_probe", "preload_broken")()
     assert sys.modules["preload_probe"].THREAD == "rafm-preload"
     assert "preload_broken" not in sys.modules
-    warmed = []
-    jit.preload("preload_probe", warm=lambda: warmed.append(threading.current_thread().name))()
-    jit.preload(warm=lambda: 1 / 0)()  # a warm-up that fails leaves it to the caller's own calls
-    assert warmed == ["rafm-preload"]
     assert escaped == []
     with pytest.raises(ImportError, match="broken on purpose"):
         importlib.import_module("preload_broken")
-
-
-WARMED = r"""
-import io, json, sys
-from rafmcli import predict as P
-from rafmcli.io import output, reader
-from rafmcli.kernels import format as fmt, rows
-from rafmcli.model import files
-P.load_kernels()
-kernels = {"fill": rows._fill, "fill_table": rows._fill_table, "count_equal": rows._count_equal,
-           "format_lines": fmt.format_lines}
-before = {name: len(k.signatures) for name, k in kernels.items()}
-model, data = files.load(sys.argv[1], mapped=True), reader.read_dataset(sys.argv[2], use_cache=False)
-output.format_predictions(io.BytesIO(), P.predict_dataset(model, data).values)
-print(json.dumps([before, {name: len(k.signatures) for name, k in kernels.items()}]))
-"""
-
-
-def test_the_preloaded_kernels_are_the_ones_a_prediction_calls(tmp_path):
-    """predict.load_kernels (rafm predict's preload thread) calls the id table's and the output's
-    kernels with the types a prediction gives them: in a fresh process, a prediction after it
-    loads no further version of any of them."""
-    from click.testing import CliRunner
-
-    from rafmcli.cli import main
-
-    model = tmp_path / "m.rafm"
-    done = CliRunner().invoke(main, ["train", "--train", os.path.join(SAMPLES, "classification.train.libfm"),
-                                     "--task", "c", "--iter", "1", "--quiet", "--save-model", str(model)])
-    assert done.exit_code == 0, done.output
-    test = os.path.join(SAMPLES, "classification.test.libfm")
-    proc = subprocess.run([sys.executable, "-c", WARMED, str(model), test], capture_output=True, text=True, timeout=300,
-                          env=child_env(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    before, after = json.loads(proc.stdout)
-    assert all(before.values()) and after == before
 
 
 def test_a_command_that_stops_before_waiting_exits_without_the_preload(tmp_path):

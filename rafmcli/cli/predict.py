@@ -52,10 +52,10 @@ def predict(model_path, out, raw, metrics, eval_group, top_k, exclude_seen, quie
     from rafmcli.io.output import Outputs, format_predictions
     from rafmcli.metrics import evaluate
     from rafmcli.model import files as model_files
-    from rafmcli.predict import KERNEL_MODULES, load_kernels, predict_dataset
+    from rafmcli.predict import KERNEL_MODULES, predict_dataset
 
     distinct_files({"--model": model_path, "--exclude-seen": exclude_seen, **arguments("FILE", files)}, {"--out": out})
-    kernels_loaded = jit.preload(*KERNEL_MODULES, warm=load_kernels)  # while the model and inputs are checked
+    kernels_loaded = jit.preload(*KERNEL_MODULES)  # while the model and the inputs are checked
     model = model_files.load(model_path, mapped=True)
     implicit = model.task == "implicit"
     if (eval_group is not None or exclude_seen) and not (implicit and metrics):

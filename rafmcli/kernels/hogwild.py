@@ -482,11 +482,11 @@ def hot_features(model, counts, n_rows, n_threads):
     each feature's occurrences), at most MAX_HOT, among the top level's features (the first:
     levels are non-increasing), whose rows are in every level block. None for plain Hogwild
     (an FM too large for spare rows)."""
-    levels = np.asarray(model.levels)
+    levels, counts = np.asarray(model.levels), np.asarray(counts)
     top = int(np.count_nonzero(levels == levels[0])) if levels.shape[0] else 0
     share = SPARE_HOT_SHARE if len(model.ranks) == 1 else HOT_SHARE
-    ids = np.flatnonzero(np.asarray(counts[:top]) >= max(1, int(np.ceil(share * n_rows))))
-    hot = ids[np.argsort(-np.asarray(counts)[ids], kind="stable")][:MAX_HOT]
+    ids = np.flatnonzero(counts[:top] >= max(1, int(np.ceil(share * n_rows))))
+    hot = ids[np.argsort(-counts[ids], kind="stable")][:MAX_HOT]
     if len(model.ranks) == 1 and not spare_fits(model, n_threads, hot.shape[0]):
         return None
     return hot

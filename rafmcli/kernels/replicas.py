@@ -91,10 +91,10 @@ def open_copies(n_hot, first, model, state):
     first merge): (V, accV1, accV2, w, accw1, accw2, bias, bias state)."""
     V, w, width = model[3], model[4], np.uint64(model[1][0])
     accV1, accV2, accw1, accw2, acc0 = state
-    n = n_hot
-    base = (np.empty(n * width, V.dtype), np.empty(n * _state_width(model, state) if accV1.shape[0] else 0, V.dtype),
-            np.empty(n * width if accV2.shape[0] else 0, V.dtype), np.empty(n, w.dtype),
-            np.empty(n if accw1.shape[0] else 0, w.dtype), np.empty(n if accw2.shape[0] else 0, w.dtype),
+    base = (np.empty(n_hot * width, V.dtype),
+            np.empty(n_hot * _state_width(model, state) if accV1.shape[0] else 0, V.dtype),
+            np.empty(n_hot * width if accV2.shape[0] else 0, V.dtype), np.empty(n_hot, w.dtype),
+            np.empty(n_hot if accw1.shape[0] else 0, w.dtype), np.empty(n_hot if accw2.shape[0] else 0, w.dtype),
             model[5].copy(), acc0.copy())
     _each_array(n_hot, first, model, state, base, False)
     return base

@@ -164,16 +164,16 @@ def _write_draw(model, fh):
 TEXT_SECTIONS = ("#global bias W0", "#unary interactions Wj", "#pairwise interactions Vj,f", "#rafm ", "#levels kj")
 
 
-def _one_shape(path, lines, values, expected, what):
+def _one_shape(shown, lines, values, expected, what):
     """Every line of a section holds ``expected`` values, else InputError
-    ``FILE:LINE: expected n WHAT values, found k (line)``."""
+    ``FILE:LINE: expected n WHAT values, found k (line)`` (``shown``: the file's printable name)."""
     for (line_no, text), row in zip(lines, values):
         if len(row) != expected:
-            raise InputError(f"{printable(path)}:{line_no}: expected {expected} {what} value{'s' * (expected > 1)}, "
+            raise InputError(f"{shown}:{line_no}: expected {expected} {what} value{'s' * (expected > 1)}, "
                              f"found {len(row)} ({printable(text, 60)})")
 
 
-def _numbers(path, lines, dtype=np.float32):
+def _numbers(shown, lines, dtype=np.float32):
     """The values of a text model's section ``lines`` ((line number, text) pairs), a list per line;
     a token that is not a number, not finite or beyond ``dtype`` (3.5e38 is no float32) is an
     InputError ``FILE:LINE: what (token)``."""
@@ -185,16 +185,16 @@ def _numbers(path, lines, dtype=np.float32):
             try:
                 value = float(token)
             except ValueError:
-                raise InputError(f"{printable(path)}:{line_no}: not a number ({printable(token, 60)})") from None
+                raise InputError(f"{shown}:{line_no}: not a number ({printable(token, 60)})") from None
             if not abs(value) <= largest:
                 what = "value is not finite" if not math.isfinite(value) else f"value beyond {np.dtype(dtype).name}"
-                raise InputError(f"{printable(path)}:{line_no}: {what} ({printable(token, 60)})")
+                raise InputError(f"{shown}:{line_no}: {what} ({printable(token, 60)})")
             row.append(value)
         values.append(row)
     return values
 
 
-def _section(path, lines, what, width=None, dtype=np.float32):
+def _section(shown, lines, what, width=None, dtype=np.float32):
     """The values of a text model's section ``lines`` ((line number, text) pairs) as an [n, width]
     float64 array (width None: the first line's count). numpy parses the section at once; where
     it stops early, or a line holds another count or a value beyond ``dtype``, the line-by-line
@@ -210,8 +210,8 @@ def _section(path, lines, what, width=None, dtype=np.float32):
             values = np.empty(0)
         if values.shape[0] == expected * len(lines) and np.all(np.abs(values) <= np.finfo(dtype).max):
             return values.reshape(len(lines), expected)
-    rows = _numbers(path, lines, dtype)
-    _one_shape(path, lines, rows, expected, what)
+    rows = _numbers(shown, lines, dtype)
+    _one_shape(shown, lines, rows, expected, what)
     return np.array(rows, dtype=np.float64)  # what float() reads and numpy does not ("1_000")
 
 
@@ -228,51 +228,51 @@ def read_text(path, raw=None):
     from rafmcli.model.files import LINKS, TASKS
     from rafmcli.model.layout import Model, aligned_copy
 
-    sections, name = {}, None
+    sections, name, shown = {}, None, printable(path)
     raw = read_bytes(path, "model file") if raw is None else raw
     try:
         for line_no, line in enumerate(text_lines(raw, "ascii"), 1):
             if line.startswith("#rafm sample "):
-                raise InputError(f"{printable(path)}:{line_no}: '{printable(line, 60)}': a dump of an MCMC model's "
+                raise InputError(f"{shown}:{line_no}: '{printable(line, 60)}': a dump of an MCMC model's "
                                  f"samples cannot be loaded (its predictions average them); use its .rafm model file")
             if line.startswith("#"):
                 if not line.startswith(TEXT_SECTIONS):
-                    raise InputError(f"{printable(path)}:{line_no}: not a section of a libFM or rafm text model "
+                    raise InputError(f"{shown}:{line_no}: not a section of a libFM or rafm text model "
                                      f"({printable(line, 60)})")
                 name = line.split(" level ")[0] if line.startswith("#pairwise") else line
                 sections[name] = []
             elif name is None:
-                raise InputError(f"{printable(path)}:{line_no}: not a model file (expected '#global bias W0' or "
+                raise InputError(f"{shown}:{line_no}: not a model file (expected '#global bias W0' or "
                                  f"'#pairwise interactions Vj,f')")
             else:
                 sections[name].append((line_no, line))
     except UnicodeDecodeError as exc:
-        raise InputError(f"{printable(path)}: cannot read: {exc}") from None
+        raise InputError(f"{shown}: cannot read: {exc}") from None
     if "#levels kj" in sections:
-        raise InputError(f"{printable(path)}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
+        raise InputError(f"{shown}: a RaFM or DiFacto text dump cannot be loaded; use its .rafm model file")
     rows = sections.get("#pairwise interactions Vj,f")
     if not rows:
-        raise InputError(f"{printable(path)}: no '#pairwise interactions Vj,f' section: not a libFM model")
+        raise InputError(f"{shown}: no '#pairwise interactions Vj,f' section: not a libFM model")
     meta = next((dict(kv.partition("=")[::2] for kv in n.split()[1:]) for n in sections if n.startswith("#rafm ")), {})
     weights = sections.get("#unary interactions Wj", [(0, "0")] * len(rows))
     bias = sections.get("#global bias W0") or [(0, "0")]
-    V, w, w0 = _section(path, rows, "factor"), _section(path, weights, "weight", 1), \
-        _section(path, bias, "bias", 1, np.float64)
+    V, w, w0 = _section(shown, rows, "factor"), _section(shown, weights, "weight", 1), \
+        _section(shown, bias, "bias", 1, np.float64)
     if len(bias) > 1:
-        raise InputError(f"{printable(path)}:{bias[1][0]}: a second bias line ({printable(bias[1][1], 60)})")
+        raise InputError(f"{shown}:{bias[1][0]}: a second bias line ({printable(bias[1][1], 60)})")
     if len(w) != len(V):
-        raise InputError(f"{printable(path)}: damaged libFM model ({len(w):,} unary weights for {len(V):,} rows of "
+        raise InputError(f"{shown}: damaged libFM model ({len(w):,} unary weights for {len(V):,} rows of "
                          f"factors)")
     try:
         target = float(meta.get("target_min", "inf")), float(meta.get("target_max", "-inf"))
     except ValueError as exc:
-        raise InputError(f"{printable(path)}: not a number in the model ({exc})") from None
+        raise InputError(f"{shown}: not a number in the model ({exc})") from None
     if target != (math.inf, -math.inf) and not all(math.isfinite(t) for t in target):  # (inf, -inf): none given
-        raise InputError(f"{printable(path)}: damaged rafm line: target_min and target_max must be finite "
+        raise InputError(f"{shown}: damaged rafm line: target_min and target_max must be finite "
                          f"({meta.get('target_min')}, {meta.get('target_max')})")
     V, w, w0 = V.astype(np.float32), w.astype(np.float32).ravel(), float(w0[0, 0])
     if meta.get("task", "r") not in TASKS or meta.get("link", "logit") not in LINKS or meta.get("samples", "1") != "1":
-        raise InputError(f"{printable(path)}: damaged rafm line: task, link or samples not one of rafm's")
+        raise InputError(f"{shown}: damaged rafm line: task, link or samples not one of rafm's")
     n = V.shape[0]
     return Model("fm", meta.get("task"), (V.shape[1],), np.arange(n, dtype=np.int32), np.ones(n, dtype=np.int8),
                  w0, w, aligned_copy(V.ravel()), *target, link=meta.get("link", "logit"))
